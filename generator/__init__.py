@@ -1,0 +1,1 @@
+"""Pipeline generator for vLLM speculative-decoding CI: hardware_matrix.yaml -> Buildkite steps."""

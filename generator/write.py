@@ -1,0 +1,54 @@
+"""Stage 6, write: atomic replacement of the output, or a drift check that never writes."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from generator.errors import InputError
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it over: readers see old or new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def emit(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        write_atomic(Path(path), text)
+    except OSError as exc:
+        raise InputError(path, f"cannot write output: {exc.strerror or exc}") from None
+
+
+def drift(path: str, text: str) -> str:
+    """A unified diff from the committed file to ``text``; empty when they are byte-identical."""
+    try:
+        committed = Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        committed = ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"cannot read the committed output: {exc}") from None
+    if committed == text:
+        return ""
+    diff = difflib.unified_diff(
+        committed.splitlines(keepends=True), text.splitlines(keepends=True),
+        fromfile=f"{path} (committed)", tofile=f"{path} (generated)",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in diff)
