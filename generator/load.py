@@ -66,10 +66,15 @@ def parse_text(text: str, file: str) -> Document:
     return doc
 
 
+def _position(node: yaml.Node) -> Location:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
 def _convert(node: yaml.Node | None, path: str, doc: Document, loader: Any) -> Any:
+    """Plain data for ``node``; a mapping's children are located at their keys, list items at themselves."""
     if node is None:
         return None
-    doc.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    doc.marks.setdefault(path, _position(node))
     if getattr(node, "_seen", False):
         raise doc.error(path, "anchors and aliases are not supported: write the value out")
     node._seen = True  # a node reached twice is an alias; refusing it also defuses alias bombs
@@ -77,14 +82,18 @@ def _convert(node: yaml.Node | None, path: str, doc: Document, loader: Any) -> A
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                raise doc.error(path, "merge keys ('<<') are not supported: write the keys out")
-            key = loader.construct_object(key_node, deep=True) if isinstance(key_node, yaml.ScalarNode) else None
+                doc.marks[join(path, "<<")] = _position(key_node)
+                raise doc.error(join(path, "<<"), "merge keys ('<<') are not supported: write the keys out")
+            if isinstance(key_node, yaml.ScalarNode):
+                key = loader.construct_object(key_node, deep=True)
+                kind = type(key).__name__
+            else:
+                key, kind = None, "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+            child = join(path, key if isinstance(key, str) else "?")
+            doc.marks[child] = _position(key_node)
             if not isinstance(key, str):
-                doc.marks[join(path, "?")] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-                raise doc.error(join(path, "?"), f"expected a string key, got {type(key).__name__}")
-            child = join(path, key)
+                raise doc.error(child, f"expected a string key, got {kind}")
             if key in out:
-                doc.marks[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
                 raise doc.error(child, "duplicate key")
             out[key] = _convert(value_node, child, doc, loader)
         return out

@@ -1,0 +1,92 @@
+"""Stage 3: step keys and labels follow vLLM's conventions; keys Buildkite would refuse are bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from generator.errors import InputError
+from generator.expand import buildkite_key_problem, expand, select
+from generator.load import parse_text
+from generator.model import parse_matrix
+
+
+def steps_of(text: str):
+    doc = parse_text(text, "hardware_matrix.yaml")
+    return expand(parse_matrix(doc), doc.error)
+
+
+def test_nightly_b200_steps_are_named_like_vllm(repo_matrix_text):
+    by_key = {s.key: s for s in steps_of(repo_matrix_text)}
+    expected = {
+        "spec-decode-eagle-nightly-b200": ":nvidia: (B200) Spec Decode Eagle Nightly",
+        "spec-decode-speculators-mtp-nightly-b200": ":nvidia: (B200) Spec Decode Speculators + MTP Nightly",
+        "spec-decode-draft-model-nightly-b200": ":nvidia: (B200) Spec Decode Draft Model Nightly",
+    }
+    for key, label in expected.items():
+        assert by_key[key].label == label
+        assert by_key[key].device.test_area_device == "b200-k8s"
+    assert "spec-decode-build-path-cpu" in by_key and "spec-decode-build-path-b200" in by_key
+
+
+def test_steps_are_sorted_by_label(repo_matrix_text):
+    labels = [s.label for s in steps_of(repo_matrix_text)]
+    assert labels == sorted(labels)
+
+
+def test_pytest_command_names_suite_marker_and_junit(tricky_matrix):
+    step = next(s for s in steps_of(tricky_matrix.read_text()) if s.key == "quoting-cpu")
+    assert step.pytest_command == (
+        "python -m pytest -v -rs -m 'not slow and e2e' 'tests/x.py::test[a: b]' --junitxml=junit/quoting-cpu.xml"
+    )
+
+
+def test_duplicate_step_keys_are_located(tricky_matrix):
+    text = tricky_matrix.read_text().replace("    key: nightly\n", "    key: quoting\n").replace(
+        "    schedule: nightly\n", "    schedule: every_change\n"
+    )
+    with pytest.raises(InputError) as info:
+        steps_of(text)
+    assert "duplicate step key 'quoting-b200' (also made by suite 'quoting')" in str(info.value)
+    assert info.value.path == "suites.nightly.key"
+
+
+def test_overlong_key_is_refused(tricky_matrix):
+    text = tricky_matrix.read_text().replace("    key: nightly\n", f"    key: {'k' * 90}\n")
+    with pytest.raises(InputError, match="Buildkite allows at most 100"):
+        steps_of(text)
+
+
+@pytest.mark.parametrize(
+    "key, problem",
+    [
+        ("ok-key_1:x.y,z${A}", None),
+        ("has space", "characters outside"),
+        ("k" * 101, "at most 100"),
+        ("123e4567-e89b-12d3-a456-426614174000", "looks like a UUID"),
+    ],
+)
+def test_buildkite_key_rules(key, problem):
+    found = buildkite_key_problem(key)
+    assert (found is None) if problem is None else (problem in found)
+
+
+def test_uuid_shaped_step_key_is_refused(tricky_matrix):
+    text = (
+        tricky_matrix.read_text()
+        .replace("  b200:\n", "  abcdef012345:\n")
+        .replace("[cpu, b200]", "[cpu, abcdef012345]")
+        .replace("    devices: [b200]\n", "    devices: [abcdef012345]\n")
+        .replace("    key: quoting\n", "    key: 123e4567-e89b-12d3-a456\n")
+    )
+    with pytest.raises(InputError, match="looks like a UUID") as info:
+        steps_of(text)
+    assert info.value.path == "suites.quoting.key"
+
+
+def test_select_keeps_order_and_refuses_unknown_keys(repo_matrix_text):
+    steps = steps_of(repo_matrix_text)
+    keys = [s.key for s in steps]
+    chosen = select(steps, [keys[3], keys[1]], lambda p, m: InputError("command line", m, path=p))
+    assert [s.key for s in chosen] == [keys[1], keys[3]]
+    with pytest.raises(InputError, match="unknown step key 'nope'"):
+        select(steps, ["nope"], lambda p, m: InputError("command line", m, path=p))

@@ -1,0 +1,91 @@
+"""Stage 2: every key is declared; wrong types, unknown keys and unknown devices are located errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from generator.errors import InputError
+from generator.load import parse_text
+from generator.model import parse_matrix
+
+
+def parse(text: str):
+    return parse_matrix(parse_text(text, "hardware_matrix.yaml"))
+
+
+def line_of(text: str, needle: str) -> int:
+    return text[: text.index(needle)].count("\n") + 1
+
+
+def test_repo_matrix_parses(repo_matrix_text):
+    matrix = parse(repo_matrix_text)
+    assert {"b200", "h200", "h100", "cpu"} <= set(matrix.devices)
+    assert {"eagle", "speculators_mtp", "draft_model", "build_path"} <= set(matrix.suites)
+    assert matrix.devices["b200"].test_area_device == "b200-k8s"
+    assert {"trtllm_prefill", "trtllm_decode"} <= set(matrix.devices["b200"].capabilities)
+    assert matrix.devices_with("trtllm_prefill") == ("b200",)
+    for name in ("eagle", "speculators_mtp", "draft_model"):
+        suite = matrix.suites[name]
+        assert (suite.devices, suite.schedule, suite.optional) == (("b200",), "nightly", True)
+    assert set(matrix.suites["build_path"].devices) == {"cpu", "b200"}
+
+
+# (replace this, with that, expected message fragment, the needle whose line the error must point at)
+MUTATIONS = [
+    ("    timeout_in_minutes: 5\n", "    timeout_in_minutes: five\n", "expected an integer between 1 and 1440",
+     "timeout_in_minutes: five"),
+    ("    timeout_in_minutes: 5\n", "    timeout_in_minutes: 0\n", "expected an integer between 1", "timeout_in_minutes: 0"),
+    ("    timeout_in_minutes: 5\n", "    timeout_in_minutes: true\n", "expected an integer", "timeout_in_minutes: true"),
+    ("    devices: [cpu, b200]\n", "    devices: [cpu, b300]\n", "unknown device 'b300' (expected one of: b200, cpu)",
+     "devices: [cpu, b300]"),
+    ("    devices: [cpu, b200]\n", "    devices: []\n", "expected a non-empty list of strings", "devices: []"),
+    ("    devices: [cpu, b200]\n", "    devices: [cpu, cpu]\n", "duplicate entry 'cpu'", "devices: [cpu, cpu]"),
+    ("    schedule: every_change\n", "    schedule: weekly\n", "expected one of nightly, every_change", "weekly"),
+    ("    schedule: every_change\n", "    schedule: every_change\n    nightly: true\n",
+     "unknown key 'nightly' (expected one of:", "nightly: true"),
+    ("    gpus_per_agent: 0\n", "    gpus_per_agent: 0\n    num_gpus: 1\n", "unknown key 'num_gpus'", "num_gpus"),
+    ("    optional: true\n    soft_fail", "    optional: false\n    soft_fail", "a nightly suite must be optional",
+     "optional: false"),
+    ("    num_devices: 2\n", "    num_devices: 9\n", "expected at most 8 (GPUs per b200 agent)", "num_devices: 9"),
+    ("    key: quoting\n", "    key: Quoting Key\n", "expected a step key of lower-case letters", "Quoting Key"),
+    ("    compute_capability: \"10.0\"\n", "    compute_capability: 10.0\n", "expected a non-empty string",
+     "compute_capability: 10.0"),
+    ("      COST: \"$5 {{ x }}\"\n", "      COST: [1]\n", "expected a string or integer value", "COST: [1]"),
+    ("      COST: \"$5 {{ x }}\"\n", "      1BAD: x\n", "expected an environment variable name", "1BAD"),
+    ("    label: Nightly Thing\n", "    label: \"Nightly\\x01\"\n", "control character", "Nightly\\x01"),
+    ("    label: Nightly Thing\n", "    label: \"\"\n", "expected a non-empty string", "label: \"\""),
+    ("    capabilities: [cuda, trtllm_prefill, trtllm_decode]\n", "    capabilities: [CUDA]\n",
+     "expected a capability name", "[CUDA]"),
+    ("  junit_dir: junit\n", "  junit_dir: junit\n  artifacts: x\n", "unknown key 'artifacts'", "artifacts: x"),
+    ("  cpu:\n    display_name", "  CPU:\n    display_name", "expected a device name", "CPU:"),
+]
+
+
+@pytest.mark.parametrize("old, new, fragment, needle", MUTATIONS, ids=[m[3] for m in MUTATIONS])
+def test_bad_matrix_is_located(tricky_matrix, old, new, fragment, needle):
+    text = tricky_matrix.read_text(encoding="utf-8")
+    assert old in text
+    bad = text.replace(old, new, 1)
+    with pytest.raises(InputError) as info:
+        parse(bad)
+    message = str(info.value)
+    assert fragment in message
+    assert message.startswith("hardware_matrix.yaml:")
+    assert info.value.line == line_of(bad, needle), message
+
+
+@pytest.mark.parametrize("missing", ["test_area", "buildkite", "devices", "suites"])
+def test_missing_sections(tricky_matrix, missing):
+    import yaml
+
+    data = yaml.safe_load(tricky_matrix.read_text(encoding="utf-8"))
+    del data[missing]
+    with pytest.raises(InputError, match=f"missing required key '{missing}'"):
+        parse(yaml.safe_dump(data))
+
+
+def test_top_level_must_be_a_mapping():
+    with pytest.raises(InputError, match="expected a mapping \\(the hardware matrix\\), got a list"):
+        parse("- 1\n")
+    with pytest.raises(InputError, match="got nothing"):
+        parse("")
