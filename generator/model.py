@@ -7,7 +7,6 @@ type error names the key's position in the file and what was expected.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -125,6 +124,8 @@ def text(doc: Document, path: str, value: Any, *, pattern: re.Pattern[str] | Non
         raise doc.error(path, f"expected a non-empty string{hint and ' ' + hint}, got {_kind(value)}")
     bad = _FORBIDDEN_CHAR.search(value)
     if bad:
+        import unicodedata  # error path only
+
         name = unicodedata.name(bad.group(), f"U+{ord(bad.group()):04X}")
         raise doc.error(path, f"expected printable text, found control character {name}")
     if pattern is not None and not pattern.match(value):
@@ -247,7 +248,7 @@ def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]
     r = _Reader(doc, path, f"suite '{name}'")
 
     def device_name(d: Document, p: str, value: Any) -> str:
-        if value not in devices:
+        if not isinstance(value, str) or value not in devices:
             raise d.error(p, f"unknown device {value!r} (expected one of: {', '.join(devices)})")
         return value
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from generator.errors import InputError
@@ -13,6 +11,8 @@ from generator.errors import InputError
 
 def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary file beside ``path`` and rename it over: readers see old or new, never half."""
+    import tempfile  # write-only path; keeps `--check` start-up lean
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -47,6 +47,8 @@ def drift(path: str, text: str) -> str:
         raise InputError(path, f"cannot read the committed output: {exc}") from None
     if committed == text:
         return ""
+    import difflib  # only on drift
+
     diff = difflib.unified_diff(
         committed.splitlines(keepends=True), text.splitlines(keepends=True),
         fromfile=f"{path} (committed)", tofile=f"{path} (generated)",
