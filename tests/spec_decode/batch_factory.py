@@ -1,0 +1,105 @@
+"""Batch factory: spec-decode batches as vLLM's runner lays them out (decodes first, then prefills), turned
+into a real ``CommonAttentionMetadata``.
+
+Block tables give every request its own distinct page ids, so a metadata field that reads the wrong row or
+a stale buffer cannot match the reference by accident.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Batch:
+    query_lens: tuple[int, ...]
+    seq_lens: tuple[int, ...]  # context + this step's query tokens
+    page_size: int
+    block_table: tuple[tuple[int, ...], ...]  # the request's page ids, ceil(seq_len / page_size) of them
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.query_lens)
+
+    def describe(self) -> str:
+        return f"q={list(self.query_lens)} seq={list(self.seq_lens)} page={self.page_size}"
+
+
+def make_batch(query_lens: list[int], seq_lens: list[int], page_size: int, seed: int = 0) -> Batch:
+    """A batch with these lengths; pages are a shuffled range starting at 1, distinct across requests."""
+    if len(query_lens) != len(seq_lens) or any(q < 1 or s < q for q, s in zip(query_lens, seq_lens)):
+        raise ValueError(f"need 1 <= query_len <= seq_len per request, got {query_lens} / {seq_lens}")
+    pages_per_req = [cdiv(s, page_size) for s in seq_lens]
+    pages = list(range(1, sum(pages_per_req) + 1))
+    random.Random(seed).shuffle(pages)
+    rows, start = [], 0
+    for n in pages_per_req:
+        rows.append(tuple(pages[start:start + n]))
+        start += n
+    return Batch(tuple(query_lens), tuple(seq_lens), page_size, tuple(rows))
+
+
+def spec_decode_batch(num_decodes: int, num_prefills: int, num_spec_tokens: int, page_size: int,
+                      seed: int = 0, decode_query_len: int | None = None) -> Batch:
+    """Decodes with 1 + k query tokens (or ``decode_query_len``), then chunked prefills longer than 1 + k."""
+    rng = random.Random(seed)
+    threshold = 1 + num_spec_tokens
+    q_decode = decode_query_len or threshold
+    query_lens = [q_decode] * num_decodes + [rng.randint(threshold + 1, threshold + 40) for _ in range(num_prefills)]
+    seq_lens = [q + rng.choice([0, 1, page_size - 1, page_size, page_size + 1, rng.randint(0, 5 * page_size)])
+                for q in query_lens]
+    return make_batch(query_lens, seq_lens, page_size, seed)
+
+
+@dataclass
+class DeviceBatch:
+    """The ``CommonAttentionMetadata`` of a batch, and which of its tensors live on the device."""
+
+    common: Any
+    device_tensors: dict[str, torch.Tensor]
+
+
+def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: int) -> DeviceBatch:
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    query_start = [0]
+    for q in batch.query_lens:
+        query_start.append(query_start[-1] + q)
+    table = torch.zeros(batch.num_reqs, max_pages_per_req, dtype=torch.int32)
+    for i, row in enumerate(batch.block_table):
+        table[i, :len(row)] = torch.tensor(row, dtype=torch.int32)
+    slots = []
+    for q, s, row in zip(batch.query_lens, batch.seq_lens, batch.block_table):
+        slots += [row[pos // batch.page_size] * batch.page_size + pos % batch.page_size for pos in range(s - q, s)]
+
+    host = {
+        "query_start_loc_cpu": torch.tensor(query_start, dtype=torch.int32),
+        "seq_lens_cpu": torch.tensor(batch.seq_lens, dtype=torch.int32),  # vLLM <= 0.2x
+        "seq_lens_cpu_upper_bound": torch.tensor(batch.seq_lens, dtype=torch.int32),  # later vLLM
+        "num_computed_tokens_cpu": torch.tensor(
+            [s - q for q, s in zip(batch.query_lens, batch.seq_lens)], dtype=torch.int32),
+    }
+    device_tensors = {
+        "query_start_loc": torch.tensor(query_start, dtype=torch.int32, device=device),
+        "seq_lens": torch.tensor(batch.seq_lens, dtype=torch.int32, device=device),
+        "block_table_tensor": table.to(device),
+        "slot_mapping": torch.tensor(slots, dtype=torch.int64, device=device),
+    }
+    scalars = {"num_reqs": batch.num_reqs, "num_actual_tokens": batch.num_tokens,
+               "max_query_len": max(batch.query_lens), "max_seq_len": max(batch.seq_lens), "causal": True}
+    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    kwargs = {k: v for k, v in {**host, **device_tensors, **scalars}.items() if k in fields}
+    return DeviceBatch(CommonAttentionMetadata(**kwargs), {k: v for k, v in device_tensors.items() if k in fields})

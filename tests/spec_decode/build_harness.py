@@ -1,0 +1,163 @@
+"""Runs vLLM's real ``FlashInferMetadataBuilder.build()`` on a batch and reads back what it produced.
+
+Two more hardware-boundary fakes live here, each only where it must:
+- on a CPU, the Triton launch ``_copy_page_indices_kernel`` is replaced by a host reference (Triton cannot
+  run on a CPU); with CUDA the real kernel runs;
+- the FlashInfer wrappers' ``plan()`` records its arguments instead of planning GPU work.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+from unittest import mock
+
+import torch
+
+from tests.spec_decode.batch_factory import Batch, DeviceBatch, cdiv, common_attn_metadata
+from tests.spec_decode.builder_factory import (
+    BuilderOptions, builder_context, builder_device, make_builder, make_vllm_config,
+)
+from tests.spec_decode.emulated_platform import BLACKWELL, EmulatedGpu
+from tests.spec_decode.sync_sentinel import HostSyncSentinel, outside_sentinels
+
+
+class CopyPageIndicesOnHost:
+    """Host stand-in for the Triton kernel ``_copy_page_indices_kernel[(num_reqs,)](out, table, stride, indptr)``:
+    request ``i``'s first ``indptr[i+1] - indptr[i]`` pages of the block table go to ``out[indptr[i]:]``."""
+
+    def __getitem__(self, grid):
+        def launch(out, block_table, stride, indptr, **meta):
+            with outside_sentinels(), torch.no_grad():
+                bounds = indptr.tolist()
+                for i in range(grid[0]):
+                    n = bounds[i + 1] - bounds[i]
+                    out[bounds[i]:bounds[i + 1]] = block_table.reshape(-1)[i * stride:i * stride + n]
+        return launch
+
+
+@dataclass
+class PlanCall:
+    wrapper: str
+    kwargs: dict[str, Any]
+
+
+def recording_wrapper(real_cls: type, calls: list[PlanCall]) -> type:
+    """A stand-in for a FlashInfer wrapper class whose ``plan()`` records its arguments."""
+
+    class RecordingWrapper(real_cls):
+        # Hardware boundary: the real wrapper pins host memory and plans GPU work; we keep what the builder asks.
+        def __init__(self, workspace_buffer=None, kv_layout="NHD", *args, **kwargs):
+            self.kv_layout = kv_layout
+            self._use_cuda_graph = bool(kwargs.get("use_cuda_graph", False))
+
+        def plan(self, *args, **kwargs):
+            with outside_sentinels():
+                copied = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+            calls.append(PlanCall(real_cls.__name__, {"args": args, **copied}))
+
+    RecordingWrapper.__name__ = RecordingWrapper.__qualname__ = real_cls.__name__
+    return RecordingWrapper
+
+
+def persistent_buffers(builder) -> Iterator[tuple[str, torch.Tensor, bool]]:
+    """Every tensor the builder keeps between batches, found by walking its attributes (not by name):
+    yields (path, tensor, lives_on_device). A ``CpuGpuBuffer``-like object gives a host and a device half."""
+    seen: set[int] = set()
+
+    def walk(path: str, value: Any):
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            yield path, value, True
+        elif isinstance(getattr(value, "cpu", None), torch.Tensor) and isinstance(getattr(value, "gpu", None),
+                                                                                  torch.Tensor):
+            yield f"{path}.cpu", value.cpu, False
+            yield f"{path}.gpu", value.gpu, True
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield from walk(f"{path}[{k!r}]", v)
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                yield from walk(f"{path}[{i}]", v)
+
+    for name, value in vars(builder).items():
+        yield from walk(name, value)
+
+
+def poison(builder, pattern: int) -> list[str]:
+    """Fill every persistent buffer with garbage; returns the paths filled."""
+    filled = []
+    for path, tensor, _ in persistent_buffers(builder):
+        if tensor.numel():
+            tensor.fill_(pattern if tensor.dtype.is_floating_point or tensor.dtype != torch.uint8 else pattern & 0xFF)
+            filled.append(path)
+    return filled
+
+
+@dataclass
+class BuildResult:
+    metadata: Any
+    device_batch: DeviceBatch
+    plans: list[PlanCall]
+    sentinel: HostSyncSentinel | None
+
+    @property
+    def syncs(self):
+        return self.sentinel.events if self.sentinel else []
+
+
+@dataclass
+class BuildHarness:
+    options: BuilderOptions = field(default_factory=BuilderOptions)
+    gpu: EmulatedGpu = BLACKWELL
+    module: Any = None  # vLLM's flashinfer backend module, or a patched copy of it (self-check)
+
+    def __post_init__(self) -> None:
+        if self.module is None:
+            import vllm.v1.attention.backends.flashinfer as module
+
+            self.module = module
+        self._real_wrappers = {n: getattr(self.module, n) for n in
+                               ("BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper")}
+        self.vllm_config = make_vllm_config(self.options)
+        self.device = builder_device()
+        with self._kernel_fakes([]):
+            self.builder = make_builder(self.options, self.gpu, module=self.module)
+
+    @property
+    def decode_threshold(self) -> int:
+        return self.builder.reorder_batch_threshold
+
+    @property
+    def require_uniform_decodes(self) -> bool:
+        return not (getattr(self.builder, "use_xqa", False) or getattr(self.builder, "use_trtllm_gen_varlen_decode",
+                                                                        False))
+
+    def _kernel_fakes(self, plans: list[PlanCall]) -> ExitStack:
+        stack = ExitStack()
+        m = self.module
+        if self.device.type == "cpu" and hasattr(m, "_copy_page_indices_kernel"):
+            # Hardware boundary: Triton kernels cannot launch on a CPU; a host reference does the copy.
+            stack.enter_context(mock.patch.object(m, "_copy_page_indices_kernel", CopyPageIndicesOnHost()))
+        for name in ("BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper"):
+            stack.enter_context(mock.patch.object(m, name, recording_wrapper(self._real_wrappers[name], plans)))
+        return stack
+
+    def build(self, batch: Batch, sentinel: HostSyncSentinel | None = None) -> BuildResult:
+        if batch.page_size != self.options.page_size:
+            raise ValueError(f"batch page size {batch.page_size} != builder page size {self.options.page_size}")
+        max_pages = cdiv(self.options.max_model_len, self.options.page_size)
+        device_batch = common_attn_metadata(batch, self.device, max_pages)
+        plans: list[PlanCall] = []
+        with builder_context(self.vllm_config, self.gpu, self.module), self._kernel_fakes(plans):
+            if sentinel is None:
+                metadata = self.builder.build(0, device_batch.common)
+            else:
+                sentinel.tag(*device_batch.device_tensors.values())
+                sentinel.tag(*(t for _, t, on_device in persistent_buffers(self.builder) if on_device))
+                with sentinel:
+                    metadata = self.builder.build(0, device_batch.common)
+        return BuildResult(metadata, device_batch, plans, sentinel)

@@ -1,0 +1,125 @@
+"""Builder factory: vLLM's real ``FlashInferMetadataBuilder`` on a real ``VllmConfig`` and ``FullAttentionSpec``.
+
+The config comes from ``EngineArgs.create_engine_config()`` on a tiny local HF ``config.json`` (no download,
+no tokenizer), with a draft-model speculative config when ``num_spec_tokens > 0`` so that the builder's
+spec-decode settings (reorder threshold 1 + k) are vLLM's own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import tempfile
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+from unittest import mock
+
+import torch
+
+from tests.spec_decode.emulated_platform import BLACKWELL, EmulatedGpu, emulated_platform
+
+LAYER_NAME = "model.layers.0.self_attn.attn"
+
+
+@dataclass(frozen=True)
+class BuilderOptions:
+    page_size: int = 16
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    head_size: int = 64
+    num_spec_tokens: int = 3  # 0: no speculation
+    max_num_seqs: int = 64
+    max_model_len: int = 4096
+    kv_cache_layout: str = "HND"  # TRTLLM kernels read HND
+
+
+def write_tiny_model(directory: Path, options: BuilderOptions) -> Path:
+    """A one-layer Llama ``config.json``: enough for vLLM's ModelConfig, nothing to download."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": options.num_heads * options.head_size, "intermediate_size": 256,
+        "num_attention_heads": options.num_heads, "num_key_value_heads": options.num_kv_heads,
+        "head_dim": options.head_size, "num_hidden_layers": 1, "vocab_size": 512,
+        "max_position_embeddings": options.max_model_len, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5,
+        "bos_token_id": 1, "eos_token_id": 2,
+    }
+    (directory / "config.json").write_text(json.dumps(config, indent=1))
+    return directory
+
+
+@lru_cache(maxsize=None)
+def _model_dir(options: BuilderOptions) -> Path:
+    base = Path(tempfile.mkdtemp(prefix="spec-decode-ci-tiny-"))
+    return write_tiny_model(base / "tiny-llama", options)
+
+
+def engine_args_kwargs(model_dir: Path, options: BuilderOptions) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(
+        model=str(model_dir), skip_tokenizer_init=True, block_size=options.page_size,
+        max_num_seqs=options.max_num_seqs, max_model_len=options.max_model_len, dtype="bfloat16",
+    )
+    if options.num_spec_tokens:
+        kwargs["speculative_config"] = {
+            "method": "draft_model", "model": str(model_dir), "num_speculative_tokens": options.num_spec_tokens,
+        }
+    return kwargs
+
+
+@lru_cache(maxsize=None)
+def make_vllm_config(options: BuilderOptions):
+    from vllm.engine.arg_utils import EngineArgs
+
+    with emulated_platform(BLACKWELL):
+        config = EngineArgs(**engine_args_kwargs(_model_dir(options), options)).create_engine_config()
+    if hasattr(config.cache_config, "kv_cache_layout"):
+        # Resolved by the engine core at start-up in recent vLLM; there is no engine core here.
+        config.cache_config.kv_cache_layout = options.kv_cache_layout
+    return config
+
+
+def builder_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+@contextmanager
+def builder_context(vllm_config, gpu: EmulatedGpu, module=None) -> Iterator[None]:
+    """What ``build()`` runs under: the emulated platform and vLLM's current config."""
+    from vllm.config import set_current_vllm_config
+
+    with ExitStack() as stack:
+        stack.enter_context(emulated_platform(gpu, extra_modules=(module,) if module is not None else ()))
+        stack.enter_context(set_current_vllm_config(vllm_config))
+        yield
+
+
+def _per_layer_parameters(options: BuilderOptions):
+    """No model is loaded, so there are no attention layers to scan; vLLM's own tests patch this the same way."""
+    from vllm.v1.attention.backends.utils import PerLayerParameters
+
+    return {LAYER_NAME: PerLayerParameters(window_left=-1, logits_soft_cap=None,
+                                           sm_scale=1.0 / math.sqrt(options.head_size), has_sinks=False)}
+
+
+def make_builder(options: BuilderOptions = BuilderOptions(), gpu: EmulatedGpu = BLACKWELL, module=None):
+    """A real builder for ``options`` on the emulated ``gpu``; build it under ``builder_context`` too.
+
+    ``module`` is vLLM's flashinfer backend module (default) or a patched copy of it (the self-check)."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    if module is None:
+        import vllm.v1.attention.backends.flashinfer as module
+
+    vllm_config = make_vllm_config(options)
+    spec_kwargs = dict(block_size=options.page_size, num_kv_heads=options.num_kv_heads,
+                       head_size=options.head_size, dtype=torch.bfloat16)
+    accepted = inspect.signature(FullAttentionSpec).parameters
+    spec = FullAttentionSpec(**{k: v for k, v in spec_kwargs.items() if k in accepted})
+    with builder_context(vllm_config, gpu, module), mock.patch.object(
+        module, "get_per_layer_parameters", lambda *a, **k: _per_layer_parameters(options)
+    ):
+        return module.FlashInferMetadataBuilder(spec, [LAYER_NAME], vllm_config, builder_device())

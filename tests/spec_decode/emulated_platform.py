@@ -1,0 +1,73 @@
+"""Emulated Blackwell: the only fakes of the build-path tier, all at the hardware boundary.
+
+- the platform's device capability (10.0 for B200) and, on a machine without CUDA, its device type;
+- which TRTLLM kernels the emulated GPU ships (per phase), and that their cubins are present
+  (`has_nvidia_artifactory` would otherwise probe the network);
+- on a machine without CUDA, that host memory cannot be page-locked.
+
+Everything above that boundary is vLLM's own code: ``supports_trtllm_attention`` still decides from the
+emulated capability; the per-phase switch can only take a kernel away, never add one.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+from unittest import mock
+
+import torch
+
+
+@dataclass(frozen=True)
+class EmulatedGpu:
+    capability: tuple[int, int] = (10, 0)
+    trtllm_prefill: bool = True
+    trtllm_decode: bool = True
+
+    @property
+    def name(self) -> str:
+        phases = f"prefill={'trtllm' if self.trtllm_prefill else 'native'}," \
+                 f"decode={'trtllm' if self.trtllm_decode else 'native'}"
+        return f"sm{self.capability[0]}{self.capability[1]}[{phases}]"
+
+
+BLACKWELL = EmulatedGpu()
+
+
+@contextmanager
+def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterator[EmulatedGpu]:
+    """``extra_modules``: copies of vLLM's backend module (self-check) that imported the same names."""
+    import vllm.utils.flashinfer as fi_utils
+    import vllm.v1.attention.backends.flashinfer as fi_backend
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
+
+    platform_cls = type(current_platform)
+    real_supports = fi_utils.supports_trtllm_attention
+
+    def supports_trtllm_attention(is_prefill: bool = False) -> bool:
+        # Hardware boundary: the emulated GPU may lack a phase's TRTLLM kernel; vLLM's own rule decides the rest.
+        shipped = gpu.trtllm_prefill if is_prefill else gpu.trtllm_decode
+        return shipped and real_supports(is_prefill=is_prefill)
+
+    with ExitStack() as stack:
+        # Hardware boundary: report the emulated GPU's compute capability.
+        stack.enter_context(mock.patch.object(
+            platform_cls, "get_device_capability",
+            classmethod(lambda cls, device_id=0: DeviceCapability(*gpu.capability))))
+        if not torch.cuda.is_available():
+            # Hardware boundary: a CPU-only box reports no device type, and vLLM's DeviceConfig then fails.
+            stack.enter_context(mock.patch.object(platform_cls, "device_type", "cuda"))
+            # Hardware boundary: page-locked host memory needs a CUDA driver.
+            import vllm.v1.utils as v1_utils
+
+            for module in (v1_utils, fi_utils, fi_backend, *extra_modules):
+                if hasattr(module, "PIN_MEMORY"):
+                    stack.enter_context(mock.patch.object(module, "PIN_MEMORY", False))
+        # Hardware boundary: TRTLLM cubins count as present (the real check downloads from NVIDIA).
+        stack.enter_context(mock.patch.object(fi_utils, "has_nvidia_artifactory", lambda: True))
+        for module in (fi_utils, fi_backend, *extra_modules):
+            if hasattr(module, "supports_trtllm_attention"):
+                stack.enter_context(mock.patch.object(module, "supports_trtllm_attention", supports_trtllm_attention))
+        yield gpu

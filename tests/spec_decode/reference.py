@@ -1,0 +1,89 @@
+"""Independent reference values for a batch, in plain Python integers (no torch, no vLLM).
+
+What the attention kernels must be given, derived from the batch alone: if vLLM's builder hands them
+anything else (a stale buffer, a wrong slice), the equality tests fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+
+from tests.spec_decode.batch_factory import Batch, cdiv
+
+
+@dataclass(frozen=True)
+class Split:
+    num_decodes: int
+    num_prefills: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+
+
+def split(batch: Batch, decode_threshold: int, require_uniform: bool) -> Split:
+    """Leading requests with at most ``decode_threshold`` query tokens are decodes (equal lengths if uniform)."""
+    q = batch.query_lens
+    n = 0
+    while n < len(q) and q[n] <= decode_threshold and (not require_uniform or q[n] == q[0]):
+        n += 1
+    if require_uniform and n < len(q) and all(x == q[0] or x == 0 for x in q) and q[0] <= decode_threshold:
+        n = len(q)
+    dec_tokens = sum(q[:n])
+    return Split(n, len(q) - n, dec_tokens, batch.num_tokens - dec_tokens)
+
+
+def cumulative(values) -> list[int]:
+    return [0, *accumulate(values)]
+
+
+@dataclass(frozen=True)
+class TrtllmPrefillRef:
+    cum_seq_lens_kv: list[int]
+    cum_seq_lens_q: list[int]
+    seq_lens: list[int]
+    block_tables: list[list[int]]  # the pages each prefill reads
+    max_q_len: int
+    max_seq_len: int
+
+
+@dataclass(frozen=True)
+class TrtllmDecodeRef:
+    seq_lens: list[int]
+    block_tables: list[list[int]]
+    max_seq_len: int
+
+
+@dataclass(frozen=True)
+class PagedKvRef:
+    """What FlashInfer's native wrappers' ``plan()`` must describe for a slice of requests."""
+
+    pages: list[list[int]]  # the page ids each request reads, in order
+    last_page_len: list[int]
+    qo_indptr: list[int]  # rebased to the slice's first query token
+
+
+def trtllm_prefill(batch: Batch, s: Split) -> TrtllmPrefillRef:
+    start = s.num_decodes
+    seqs = list(batch.seq_lens[start:])
+    return TrtllmPrefillRef(
+        cum_seq_lens_kv=cumulative(cdiv(x, batch.page_size) for x in seqs),
+        cum_seq_lens_q=cumulative(batch.query_lens[start:]),
+        seq_lens=seqs,
+        block_tables=[list(row) for row in batch.block_table[start:]],
+        max_q_len=max(batch.query_lens[start:]),
+        max_seq_len=max(batch.seq_lens),
+    )
+
+
+def trtllm_decode(batch: Batch, s: Split) -> TrtllmDecodeRef:
+    n = s.num_decodes
+    return TrtllmDecodeRef(list(batch.seq_lens[:n]), [list(r) for r in batch.block_table[:n]], max(batch.seq_lens))
+
+
+def paged_kv(batch: Batch, start: int, end: int) -> PagedKvRef:
+    page = batch.page_size
+    return PagedKvRef(
+        pages=[list(row) for row in batch.block_table[start:end]],
+        last_page_len=[x % page or page for x in batch.seq_lens[start:end]],
+        qo_indptr=cumulative(batch.query_lens[start:end]),
+    )

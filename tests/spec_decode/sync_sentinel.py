@@ -1,0 +1,212 @@
+"""Host-sync sentinel: on a CPU, flag every operation that would force a GPU→CPU sync if the tagged tensors
+lived on a GPU.
+
+Tensors that would live on the GPU are tagged (``sentinel.tag``); a ``TorchFunctionMode`` propagates the
+tag to everything computed from them and records, with its call site, each operation on a tagged tensor
+that needs its value on the host: ``.item()``, ``.tolist()``, ``.numpy()``, ``bool/int/float()``,
+``.cpu()``, blocking ``.to("cpu")`` / ``copy_`` into a host tensor, and the ops whose output size depends
+on the data (``nonzero``, boolean-mask indexing, ``masked_select``, ``unique``, ...). It knows nothing of
+vLLM's ``gpu_sync_allowed()``: an allowed sync is still a sync, and is counted.
+
+Pure torch (no vLLM import), so the same module runs on a GPU machine where ``torch.cuda.set_sync_debug_mode``
+gives the ground truth it is checked against (tests/spec_decode/test_sentinel_corpus.py).
+"""
+
+from __future__ import annotations
+
+import traceback
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+T = torch.Tensor
+
+# Calls that hand a device value to Python: the host must wait for the GPU.
+_VALUE_TO_HOST = {
+    T.item, T.tolist, T.numpy, T.__bool__, T.__int__, T.__float__, T.__index__, T.__complex__,
+    T.__repr__, T.__str__, T.__format__, T.__array__,
+    torch.equal, torch.allclose, torch.is_nonzero,
+}
+# Ops whose output shape depends on the data: the host reads a count back before it can allocate.
+_DATA_DEPENDENT_SHAPE = {
+    torch.nonzero, T.nonzero, torch.argwhere, T.argwhere, torch.masked_select, T.masked_select,
+    torch.unique, T.unique, torch.unique_consecutive, T.unique_consecutive,
+    torch.bincount, T.bincount,
+}
+_HOST_COPY = {T.cpu}
+_TO = {T.to}
+_COPY = {T.copy_}
+_INDEX = {T.__getitem__}
+_SETITEM = {T.__setitem__}
+_REPEAT_INTERLEAVE = {torch.repeat_interleave, T.repeat_interleave}
+
+
+@dataclass(frozen=True)
+class SyncEvent:
+    op: str
+    site: str  # "file:line in function" of the innermost frame outside torch and this module
+
+    def __str__(self) -> str:
+        return f"{self.op} at {self.site}"
+
+
+@dataclass
+class HostSyncSentinel(TorchFunctionMode):
+    """Use as a context manager; ``events`` lists the would-be syncs in order."""
+
+    events: list[SyncEvent] = field(default_factory=list)
+    site_filter: Callable[[str], bool] | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__()
+        self._tagged: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._paused = 0
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stand-ins for GPU kernels run their reference on the host here; a kernel launch is not a sync."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    # -- tagging ----------------------------------------------------------------------------------
+
+    def tag(self, *tensors: Any) -> None:
+        """Mark tensors as living on the GPU (views taken later inherit the mark)."""
+        for t in tree_flatten(list(tensors))[0]:
+            if isinstance(t, torch.Tensor):
+                self._tagged[t] = True
+
+    def is_tagged(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t in self._tagged
+
+    def _any_tagged(self, args: Any, kwargs: Any) -> bool:
+        return any(self.is_tagged(a) for a in tree_flatten((args, kwargs))[0])
+
+    # -- the mode ---------------------------------------------------------------------------------
+
+    def __enter__(self):
+        _ACTIVE.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _ACTIVE.remove(self)
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self._paused:
+            return func(*args, **kwargs)
+        tagged_input = self._any_tagged(args, kwargs)
+        if tagged_input:
+            reason = self._sync_reason(func, args, kwargs)
+            if reason:
+                self._record(reason)
+        out = func(*args, **kwargs)
+        if tagged_input and (func in _HOST_COPY or func in _TO) and self.is_tagged(out) and \
+                self._moves_to_host(func, args, kwargs):
+            out = out.clone()  # on a CPU `.cpu()` returns the tensor itself; a real transfer makes a host copy
+        if tagged_input and not self._moves_to_host(func, args, kwargs):
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    self._tagged[t] = True
+        return out
+
+    def _sync_reason(self, func, args, kwargs) -> str | None:
+        name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+        if func in _VALUE_TO_HOST:
+            return f"{name} (value read on the host)"
+        if func in _DATA_DEPENDENT_SHAPE:
+            return f"{name} (data-dependent output size)"
+        if func in _HOST_COPY:
+            return "Tensor.cpu (blocking device-to-host copy)"
+        if func in _TO and self._to_host(args, kwargs) and not (
+            kwargs.get("non_blocking") or any(a is True for a in args[1:])
+        ):
+            return "Tensor.to(cpu) (blocking device-to-host copy)"
+        if func in _COPY and self._into_host(args) and not _non_blocking(args, kwargs, position=2):
+            return "Tensor.copy_ into a host tensor (blocking device-to-host copy)"
+        if func in _INDEX and self._tagged_mask(args[1]):
+            return "boolean-mask indexing (data-dependent output size)"
+        if func in _SETITEM and self._tagged_mask(args[1]):
+            return "boolean-mask assignment (data-dependent index)"
+        if func in _SETITEM and not self.is_tagged(args[0]) and self.is_tagged(args[2]):
+            return "assignment of a device value into a host tensor (blocking copy)"
+        if func in _REPEAT_INTERLEAVE and self._repeats_from_data(args, kwargs):
+            return "repeat_interleave without output_size (data-dependent output size)"
+        return None
+
+    def _into_host(self, args) -> bool:
+        return not self.is_tagged(args[0]) and self.is_tagged(args[1])
+
+    def _moves_to_host(self, func, args, kwargs) -> bool:
+        if func in _VALUE_TO_HOST or func in _HOST_COPY:
+            return True
+        if func in _COPY or func in _SETITEM:
+            return not self.is_tagged(args[0])  # the destination decides where the result lives
+        return func in _TO and self._to_host(args, kwargs)
+
+    @staticmethod
+    def _to_host(args, kwargs) -> bool:
+        target = kwargs.get("device")
+        for a in args[1:]:
+            if isinstance(a, (str, torch.device)):
+                target = a
+            elif isinstance(a, torch.Tensor):
+                target = a.device
+        return target is not None and torch.device(target).type == "cpu"
+
+    def _tagged_mask(self, index: Any) -> bool:
+        items = tree_flatten(list(index))[0] if isinstance(index, (tuple, list)) else [index]
+        return any(self.is_tagged(i) and i.dtype == torch.bool for i in items)
+
+    @staticmethod
+    def _repeats_from_data(args, kwargs) -> bool:
+        if kwargs.get("output_size") is not None or (len(args) > 3 and args[3] is not None):
+            return False
+        if len(args) == 1 and not {"repeats"} & set(kwargs):
+            return True  # torch.repeat_interleave(repeats): output size is sum(repeats)
+        repeats = kwargs.get("repeats", args[1] if len(args) > 1 else None)
+        return isinstance(repeats, torch.Tensor) and repeats.numel() > 1
+
+    def _record(self, reason: str) -> None:
+        site = _call_site()
+        if self.site_filter is None or self.site_filter(site):
+            self.events.append(SyncEvent(reason, site))
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def syncs_in(self, path_fragment: str) -> list[SyncEvent]:
+        return [e for e in self.events if path_fragment in e.site]
+
+
+_ACTIVE: list[HostSyncSentinel] = []
+
+
+@contextmanager
+def outside_sentinels() -> Iterator[None]:
+    """Pause every active sentinel (for host stand-ins of GPU kernels)."""
+    with ExitStack() as stack:
+        for sentinel in list(_ACTIVE):
+            stack.enter_context(sentinel.paused())
+        yield
+
+
+def _non_blocking(args, kwargs, position: int) -> bool:
+    return bool(kwargs.get("non_blocking", args[position] if len(args) > position else False))
+
+
+def _call_site() -> str:
+    here = __file__
+    for frame in reversed(traceback.extract_stack()[:-3]):
+        if frame.filename == here or "/torch/" in frame.filename:
+            continue
+        return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "<unknown>"
