@@ -44,7 +44,9 @@ class PlanCall:
 
 
 def recording_wrapper(real_cls: type, calls: list[PlanCall]) -> type:
-    """A stand-in for a FlashInfer wrapper class whose ``plan()`` records its arguments."""
+    """A stand-in for a FlashInfer wrapper class whose ``plan()`` appends its arguments to ``calls``.
+
+    One class per builder: the builder caches wrapper instances and checks their type on later builds."""
 
     class RecordingWrapper(real_cls):
         # Hardware boundary: the real wrapper pins host memory and plans GPU work; we keep what the builder asks.
@@ -88,12 +90,21 @@ def persistent_buffers(builder) -> Iterator[tuple[str, torch.Tensor, bool]]:
 
 
 def poison(builder, pattern: int) -> list[str]:
-    """Fill every persistent buffer with garbage; returns the paths filled."""
+    """Fill every persistent buffer with garbage; returns the paths filled.
+
+    One cell is restored: index 0 of a host-side ``*indptr`` buffer. vLLM writes host prefix sums from
+    index 1 on and relies on index 0 keeping its construction-time 0 ("0-index is always 0" in
+    flashinfer.py); no batch can change it, so garbage there would test nothing that can happen. The
+    device halves are poisoned whole: the builder must write their index 0 itself (the PR's fix zeroes it).
+    """
     filled = []
-    for path, tensor, _ in persistent_buffers(builder):
-        if tensor.numel():
-            tensor.fill_(pattern if tensor.dtype.is_floating_point or tensor.dtype != torch.uint8 else pattern & 0xFF)
-            filled.append(path)
+    for path, tensor, on_device in persistent_buffers(builder):
+        if not tensor.numel():
+            continue
+        tensor.fill_(pattern & 0xFF if tensor.dtype == torch.uint8 else pattern)
+        if not on_device and path.rsplit(".", 1)[0].endswith("indptr"):
+            tensor[0] = 0
+        filled.append(path)
     return filled
 
 
@@ -120,11 +131,12 @@ class BuildHarness:
             import vllm.v1.attention.backends.flashinfer as module
 
             self.module = module
-        self._real_wrappers = {n: getattr(self.module, n) for n in
-                               ("BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper")}
+        self._plans: list[PlanCall] = []
+        self._recording_wrappers = {n: recording_wrapper(getattr(self.module, n), self._plans) for n in
+                                    ("BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper")}
         self.vllm_config = make_vllm_config(self.options)
         self.device = builder_device()
-        with self._kernel_fakes([]):
+        with self._kernel_fakes():
             self.builder = make_builder(self.options, self.gpu, module=self.module)
 
     @property
@@ -136,14 +148,14 @@ class BuildHarness:
         return not (getattr(self.builder, "use_xqa", False) or getattr(self.builder, "use_trtllm_gen_varlen_decode",
                                                                         False))
 
-    def _kernel_fakes(self, plans: list[PlanCall]) -> ExitStack:
+    def _kernel_fakes(self) -> ExitStack:
         stack = ExitStack()
         m = self.module
         if self.device.type == "cpu" and hasattr(m, "_copy_page_indices_kernel"):
             # Hardware boundary: Triton kernels cannot launch on a CPU; a host reference does the copy.
             stack.enter_context(mock.patch.object(m, "_copy_page_indices_kernel", CopyPageIndicesOnHost()))
-        for name in ("BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper"):
-            stack.enter_context(mock.patch.object(m, name, recording_wrapper(self._real_wrappers[name], plans)))
+        for name, cls in self._recording_wrappers.items():
+            stack.enter_context(mock.patch.object(m, name, cls))
         return stack
 
     def build(self, batch: Batch, sentinel: HostSyncSentinel | None = None) -> BuildResult:
@@ -151,8 +163,8 @@ class BuildHarness:
             raise ValueError(f"batch page size {batch.page_size} != builder page size {self.options.page_size}")
         max_pages = cdiv(self.options.max_model_len, self.options.page_size)
         device_batch = common_attn_metadata(batch, self.device, max_pages)
-        plans: list[PlanCall] = []
-        with builder_context(self.vllm_config, self.gpu, self.module), self._kernel_fakes(plans):
+        self._plans.clear()
+        with builder_context(self.vllm_config, self.gpu, self.module), self._kernel_fakes():
             if sentinel is None:
                 metadata = self.builder.build(0, device_batch.common)
             else:
@@ -160,4 +172,4 @@ class BuildHarness:
                 sentinel.tag(*(t for _, t, on_device in persistent_buffers(self.builder) if on_device))
                 with sentinel:
                     metadata = self.builder.build(0, device_batch.common)
-        return BuildResult(metadata, device_batch, plans, sentinel)
+        return BuildResult(metadata, device_batch, list(self._plans), sentinel)

@@ -1,0 +1,70 @@
+"""Reads what ``build()`` produced into plain Python values, comparable with ``reference``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tests.spec_decode.batch_factory import Batch, cdiv
+from tests.spec_decode.build_harness import BuildResult, PlanCall
+from tests.spec_decode.reference import PagedKvRef, TrtllmDecodeRef, TrtllmPrefillRef
+
+
+def as_list(t: Any) -> Any:
+    return t.tolist() if isinstance(t, torch.Tensor) else t
+
+
+def _pages(table: torch.Tensor, batch_rows: tuple[tuple[int, ...], ...]) -> list[list[int]]:
+    """The first ceil(seq/page) entries of each row: what a kernel reads for that request."""
+    return [table[i, :len(row)].tolist() for i, row in enumerate(batch_rows)]
+
+
+def trtllm_prefill(result: BuildResult, batch: Batch) -> TrtllmPrefillRef:
+    p = result.metadata.prefill
+    start = result.metadata.num_decodes
+    return TrtllmPrefillRef(
+        cum_seq_lens_kv=as_list(p.cum_seq_lens_kv), cum_seq_lens_q=as_list(p.cum_seq_lens_q),
+        seq_lens=as_list(p.seq_lens), block_tables=_pages(p.block_tables, batch.block_table[start:]),
+        max_q_len=int(p.max_q_len), max_seq_len=int(p.max_seq_len),
+    )
+
+
+def trtllm_decode(result: BuildResult, batch: Batch) -> TrtllmDecodeRef:
+    d = result.metadata.decode
+    n = result.metadata.num_decodes
+    return TrtllmDecodeRef(as_list(d.seq_lens), _pages(d.block_tables, batch.block_table[:n]), int(d.max_seq_len))
+
+
+def planned_paged_kv(call: PlanCall, batch: Batch, start: int) -> PagedKvRef:
+    """What a native wrapper's ``plan()`` was told, per request (indptr may be offset into the whole batch)."""
+    k = call.kwargs
+    indptr = as_list(k.get("paged_kv_indptr", k.get("indptr")))
+    indices = as_list(k.get("paged_kv_indices", k.get("indices")))
+    last = as_list(k.get("paged_kv_last_page_len", k.get("last_page_len")))
+    n = len(indptr) - 1
+    qo = as_list(k.get("qo_indptr"))
+    if qo is None:  # decode plan: one query row per request, or q_len_per_req of them
+        q = k.get("q_len_per_req", 1)
+        qo = [i * q for i in range(n + 1)]
+    return PagedKvRef(pages=[indices[indptr[i]:indptr[i + 1]] for i in range(n)], last_page_len=last[:n],
+                      qo_indptr=qo)
+
+
+def snapshot(result: BuildResult, batch: Batch) -> dict[str, Any]:
+    """Everything the kernels would be handed, as plain values (for poisoning differentials)."""
+    m = result.metadata
+    view: dict[str, Any] = {"counts": (m.num_decodes, m.num_prefills, m.num_decode_tokens, m.num_prefill_tokens),
+                            "prefill": type(m.prefill).__name__, "decode": type(m.decode).__name__}
+    if view["prefill"] == "TRTLLMPrefill":
+        view["trtllm_prefill"] = trtllm_prefill(result, batch)
+    if view["decode"] == "FlashInferTrtllmAPIDecode":
+        view["trtllm_decode"] = trtllm_decode(result, batch)
+        view["q_len_per_req"] = m.decode.q_len_per_req
+    starts = {"BatchPrefillWithPagedKVCacheWrapper": m.num_decodes, "BatchDecodeWithPagedKVCacheWrapper": 0}
+    view["plans"] = [(c.wrapper, planned_paged_kv(c, batch, starts[c.wrapper])) for c in result.plans]
+    return view
+
+
+def pages_needed(batch: Batch) -> list[int]:
+    return [cdiv(s, batch.page_size) for s in batch.seq_lens]

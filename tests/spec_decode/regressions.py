@@ -1,0 +1,81 @@
+"""PR #39546's two regressions, re-applied to a private copy of vLLM's FlashInfer backend module.
+
+The copy is compiled from vLLM's own source with one textual change and used only by the harness that
+asks for it (``SPEC_DECODE_CI_REGRESSION=<name>``); vLLM's real module is never modified. If vLLM's code
+no longer contains the text a regression edits, that is reported as a failure: the self-check would
+otherwise silently test nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+
+ENV = "SPEC_DECODE_CI_REGRESSION"
+
+
+@dataclass(frozen=True)
+class Regression:
+    name: str
+    description: str
+    pattern: str  # regular expression matched once in vLLM's source
+    replacement: str
+
+
+REGRESSIONS = {
+    r.name: r
+    for r in [
+        Regression(
+            "old_guard",
+            "host copy of seq_lens skipped only for decode-only TRTLLM batches (is_only_trtllm_decode)",
+            r"needs_seq_lens_cpu = self\.use_dcp or not all_uses_trtllm",
+            "is_only_trtllm_decode = (num_prefills == 0 and num_decodes > 0\n"
+            "                                 and decode_with_flashinfer_trtllm_api)\n"
+            "        needs_seq_lens_cpu = self.use_dcp or not is_only_trtllm_decode",
+        ),
+        Regression(
+            "stale_indptr",
+            "TRTLLM prefill reads paged_kv_indptr.gpu without the on-device cumsum that refreshes it",
+            r"\n[ \t]*paged_kv_indptr_prefill_gpu\[:1\] = 0\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
+            r"\s*dim=0,\s*out=paged_kv_indptr_prefill_gpu\[1:\],?\s*\)",
+            "",
+        ),
+        # The control: vLLM's source compiled into a copy unchanged. The tier must stay green on it.
+        Regression("none", "no change (control for the copying itself)", r"\A", ""),
+    ]
+}
+
+
+class RegressionDoesNotApply(RuntimeError):
+    pass
+
+
+@lru_cache(maxsize=None)
+def patched_backend(name: str) -> types.ModuleType:
+    import vllm.v1.attention.backends.flashinfer as original
+
+    regression = REGRESSIONS[name]
+    source = inspect.getsource(original)
+    patched, count = re.subn(regression.pattern, regression.replacement, source, count=1)
+    if count != 1:
+        raise RegressionDoesNotApply(
+            f"regression {name!r} does not apply to {original.__file__}: the code it edits "
+            f"(/{regression.pattern}/) is gone; update tests/spec_decode/regressions.py")
+    module = types.ModuleType(original.__name__, original.__doc__)
+    module.__dict__.update(__file__=original.__file__, __package__=original.__package__)
+    exec(compile(patched, original.__file__, "exec"), module.__dict__)
+    return module
+
+
+def requested() -> types.ModuleType | None:
+    """The patched module named by $SPEC_DECODE_CI_REGRESSION, or None for vLLM's own."""
+    name = os.environ.get(ENV)
+    if not name:
+        return None
+    if name not in REGRESSIONS:
+        raise ValueError(f"{ENV}={name!r}; expected one of {sorted(REGRESSIONS)}")
+    return patched_backend(name)

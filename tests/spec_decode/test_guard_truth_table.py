@@ -1,0 +1,58 @@
+"""Test 1: the all-TRTLLM guard. Which metadata each phase gets, and host syncs exactly when not all TRTLLM.
+
+PR #39546's first bug: a mixed prefill + decode batch that runs entirely on TRTLLM still copied
+``seq_lens`` to the host, because the guard only exempted decode-only batches.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.spec_decode.batch_factory import spec_decode_batch
+from tests.spec_decode.emulated_platform import EmulatedGpu
+from tests.spec_decode.sync_sentinel import HostSyncSentinel
+
+pytestmark = pytest.mark.build_path
+
+CASES = [
+    (p, d, pt, dt)
+    for p, d, pt, dt in itertools.product([True, False], [True, False], ["trtllm", "native"], ["trtllm", "native"])
+    if p or d
+]
+
+PREFILL_TYPE = {"trtllm": "TRTLLMPrefill", "native": "FIPrefill"}
+DECODE_TYPE = {"trtllm": "FlashInferTrtllmAPIDecode", "native": "FIDecode"}
+
+
+def case_id(case) -> str:
+    """e.g. ``prefill=yes-trtllm,decode=no-native``: presence, then the kernel that phase would use."""
+    p, d, pt, dt = case
+    return f"prefill={'yes' if p else 'no'}-{pt},decode={'yes' if d else 'no'}-{dt}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_guard(harness_cache, case):
+    has_prefill, has_decode, prefill_path, decode_path = case
+    gpu = EmulatedGpu(trtllm_prefill=prefill_path == "trtllm", trtllm_decode=decode_path == "trtllm")
+    harness = harness_cache(gpu=gpu)
+    k = harness.options.num_spec_tokens
+    # A decode has at most the builder's reorder threshold of query tokens: 1 + k with a TRTLLM decode, else 1.
+    batch = spec_decode_batch(3 if has_decode else 0, 2 if has_prefill else 0, k, harness.options.page_size,
+                              seed=7, decode_query_len=harness.decode_threshold)
+    sentinel = HostSyncSentinel()
+    result = harness.build(batch, sentinel)
+    m = result.metadata
+
+    assert (m.num_decodes, m.num_prefills) == (3 if has_decode else 0, 2 if has_prefill else 0), batch.describe()
+    assert type(m.prefill).__name__ == (PREFILL_TYPE[prefill_path] if has_prefill else "NoneType")
+    assert type(m.decode).__name__ == (DECODE_TYPE[decode_path] if has_decode else "NoneType")
+
+    all_trtllm = (not has_prefill or prefill_path == "trtllm") and (not has_decode or decode_path == "trtllm")
+    if all_trtllm:
+        assert result.syncs == [], "all-TRTLLM batch synced:\n" + "\n".join(map(str, result.syncs))
+    else:
+        # The native paths need seq_lens on the host: exactly one device-to-host copy, in build().
+        assert len(result.syncs) == 1, "\n".join(map(str, result.syncs))
+        assert "device-to-host" in result.syncs[0].op and " in build" in result.syncs[0].site

@@ -1,0 +1,46 @@
+"""Test 6: the tier catches the bugs it exists for. Re-apply each of PR #39546's regressions to a copy of
+vLLM's module, run the build-path tier against it, and require red; the unchanged copy must stay green."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.spec_decode.regressions import ENV, REGRESSIONS, patched_backend
+
+pytestmark = pytest.mark.selfcheck
+ROOT = Path(__file__).resolve().parents[2]
+TIER = ["tests/spec_decode/test_guard_truth_table.py", "tests/spec_decode/test_reference_equality.py",
+        "tests/spec_decode/test_poisoning.py"]
+
+# What must go red under each regression (a subset of what does).
+MUST_FAIL = {
+    "old_guard": ["test_guard[prefill=yes-trtllm,decode=yes-trtllm]", "test_guard[prefill=yes-trtllm,decode=no-trtllm]"],
+    "stale_indptr": ["test_trtllm_fields_equal_reference[16]", "test_poison_does_not_reach_the_kernels[trtllm-trtllm]"],
+    "none": [],
+}
+
+
+def run_tier(regression: str) -> tuple[int, set[str], str]:
+    env = {**os.environ, ENV: regression}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings",
+                           "-m", "build_path", *TIER], cwd=ROOT, env=env, capture_output=True, text=True)
+    failed = set(re.findall(r"^FAILED \S+::(\S+)", proc.stdout, re.M))
+    return proc.returncode, failed, proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("regression", sorted(REGRESSIONS))
+def test_tier_verdict_under_regression(regression):
+    patched_backend(regression)  # fails here, clearly, if vLLM's code no longer has what the regression edits
+    code, failed, tail = run_tier(regression)
+    if regression == "none":
+        assert code == 0 and not failed, tail
+    else:
+        assert code == 1, tail
+        missing = [t for t in MUST_FAIL[regression] if t not in failed]
+        assert not missing, f"{regression}: expected red {missing}; red were {sorted(failed)}\n{tail}"
