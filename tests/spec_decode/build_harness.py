@@ -137,7 +137,7 @@ class BuildHarness:
         self.vllm_config = make_vllm_config(self.options)
         self.device = builder_device()
         with self._kernel_fakes():
-            self.builder = make_builder(self.options, self.gpu, module=self.module)
+            self.builder = make_builder(self.options, self.gpu, module=self.module, device=self.device)
 
     @property
     def decode_threshold(self) -> int:
@@ -168,6 +168,7 @@ class BuildHarness:
             if sentinel is None:
                 metadata = self.builder.build(0, device_batch.common)
             else:
+                sentinel.device_objects += (self.device,)
                 sentinel.tag(*device_batch.device_tensors.values())
                 sentinel.tag(*(t for _, t, on_device in persistent_buffers(self.builder) if on_device))
                 with sentinel:

@@ -105,7 +105,8 @@ def _per_layer_parameters(options: BuilderOptions):
                                            sm_scale=1.0 / math.sqrt(options.head_size), has_sinks=False)}
 
 
-def make_builder(options: BuilderOptions = BuilderOptions(), gpu: EmulatedGpu = BLACKWELL, module=None):
+def make_builder(options: BuilderOptions = BuilderOptions(), gpu: EmulatedGpu = BLACKWELL, module=None,
+                 device: torch.device | None = None):
     """A real builder for ``options`` on the emulated ``gpu``; build it under ``builder_context`` too.
 
     ``module`` is vLLM's flashinfer backend module (default) or a patched copy of it (the self-check)."""
@@ -122,4 +123,4 @@ def make_builder(options: BuilderOptions = BuilderOptions(), gpu: EmulatedGpu = 
     with builder_context(vllm_config, gpu, module), mock.patch.object(
         module, "get_per_layer_parameters", lambda *a, **k: _per_layer_parameters(options)
     ):
-        return module.FlashInferMetadataBuilder(spec, [LAYER_NAME], vllm_config, builder_device())
+        return module.FlashInferMetadataBuilder(spec, [LAYER_NAME], vllm_config, device or builder_device())

@@ -61,6 +61,9 @@ class HostSyncSentinel(TorchFunctionMode):
 
     events: list[SyncEvent] = field(default_factory=list)
     site_filter: Callable[[str], bool] | None = None
+    # On a CPU the emulated GPU is the host too: `.to(x)` counts as staying on the device when `x` is one of
+    # these objects (the builder's device), and as a move to the host for any other CPU device or "cpu".
+    device_objects: tuple[torch.device, ...] = ()
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -133,18 +136,28 @@ class HostSyncSentinel(TorchFunctionMode):
             return "Tensor.to(cpu) (blocking device-to-host copy)"
         if func in _COPY and self._into_host(args) and not _non_blocking(args, kwargs, position=2):
             return "Tensor.copy_ into a host tensor (blocking device-to-host copy)"
+        if func in _COPY and self._from_host(args[0], args[1]) and not _non_blocking(args, kwargs, position=2):
+            return "Tensor.copy_ from a host tensor (blocking host-to-device copy)"
         if func in _INDEX and self._tagged_mask(args[1]):
             return "boolean-mask indexing (data-dependent output size)"
+        if func in (_INDEX | _SETITEM) and self._tagged_slice_bound(args[1]):
+            return "slice bound read from a device tensor (value read on the host)"
         if func in _SETITEM and self._tagged_mask(args[1]):
             return "boolean-mask assignment (data-dependent index)"
         if func in _SETITEM and not self.is_tagged(args[0]) and self.is_tagged(args[2]):
             return "assignment of a device value into a host tensor (blocking copy)"
+        if func in _SETITEM and self._from_host(args[0], args[2]):
+            return "assignment of a host tensor into a device tensor (blocking host-to-device copy)"
         if func in _REPEAT_INTERLEAVE and self._repeats_from_data(args, kwargs):
             return "repeat_interleave without output_size (data-dependent output size)"
         return None
 
     def _into_host(self, args) -> bool:
         return not self.is_tagged(args[0]) and self.is_tagged(args[1])
+
+    def _from_host(self, dest: Any, src: Any) -> bool:
+        """A device tensor filled from a host tensor that is more than a scalar."""
+        return self.is_tagged(dest) and isinstance(src, torch.Tensor) and not self.is_tagged(src) and src.dim() > 0
 
     def _moves_to_host(self, func, args, kwargs) -> bool:
         if func in _VALUE_TO_HOST or func in _HOST_COPY:
@@ -153,15 +166,20 @@ class HostSyncSentinel(TorchFunctionMode):
             return not self.is_tagged(args[0])  # the destination decides where the result lives
         return func in _TO and self._to_host(args, kwargs)
 
-    @staticmethod
-    def _to_host(args, kwargs) -> bool:
+    def _to_host(self, args, kwargs) -> bool:
         target = kwargs.get("device")
         for a in args[1:]:
             if isinstance(a, (str, torch.device)):
                 target = a
             elif isinstance(a, torch.Tensor):
                 target = a.device
-        return target is not None and torch.device(target).type == "cpu"
+        if target is None or any(target is d for d in self.device_objects):
+            return False
+        return torch.device(target).type == "cpu"
+
+    def _tagged_slice_bound(self, index: Any) -> bool:
+        items = index if isinstance(index, tuple) else (index,)
+        return any(isinstance(i, slice) and any(self.is_tagged(b) for b in (i.start, i.stop, i.step)) for i in items)
 
     def _tagged_mask(self, index: Any) -> bool:
         items = tree_flatten(list(index))[0] if isinstance(index, (tuple, list)) else [index]

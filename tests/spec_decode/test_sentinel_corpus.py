@@ -1,0 +1,83 @@
+"""The host-sync sentinel's verdicts on a CPU equal CUDA's sync debug mode on a GPU, snippet by snippet.
+
+CPU half (every CI run): the sentinel's verdict equals each snippet's recorded verdict. GPU half (where
+CUDA exists): ``torch.cuda.set_sync_debug_mode("error")`` gives that same verdict. Run both on a GPU machine
+to check the agreement end to end; ``python -m tests.spec_decode.test_sentinel_corpus`` prints the table.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from tests.spec_decode.sentinel_corpus import CORPUS, Snippet, inputs
+from tests.spec_decode.sync_sentinel import HostSyncSentinel
+
+pytestmark = pytest.mark.sentinel
+CUDA_SYNC_MESSAGE = "called a synchronizing CUDA operation"
+
+
+def sentinel_verdict(snippet: Snippet) -> tuple[bool, list[str]]:
+    device = torch.device("cpu")  # the emulated GPU
+    sentinel = HostSyncSentinel(device_objects=(device,))
+
+    def make_device(t: torch.Tensor) -> torch.Tensor:
+        sentinel.tag(t)
+        return t
+
+    t = inputs(device, make_device)
+    with sentinel:
+        snippet.run(t)
+    return bool(sentinel.events), [e.op for e in sentinel.events]
+
+
+def cuda_verdict(snippet: Snippet) -> bool:
+    device = torch.device("cuda")
+    t = inputs(device, lambda x: x.to(device))
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        snippet.run(t)
+        synced = False
+    except RuntimeError as exc:
+        if CUDA_SYNC_MESSAGE not in str(exc):
+            raise
+        synced = True
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+        torch.cuda.synchronize()
+    return synced
+
+
+def test_corpus_is_big_and_balanced():
+    assert len(CORPUS) >= 30 and len({s.name for s in CORPUS}) == len(CORPUS)
+    assert sum(s.syncs for s in CORPUS) >= 10 and sum(not s.syncs for s in CORPUS) >= 10
+
+
+@pytest.mark.parametrize("snippet", CORPUS, ids=[s.name for s in CORPUS])
+def test_sentinel_on_cpu(snippet):
+    synced, ops = sentinel_verdict(snippet)
+    assert synced == snippet.syncs, f"sentinel says {'sync' if synced else 'no sync'} ({ops})"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: CUDA's sync debug mode is the ground truth")
+@pytest.mark.parametrize("snippet", CORPUS, ids=[s.name for s in CORPUS])
+def test_cuda_sync_debug_mode_on_gpu(snippet):
+    assert cuda_verdict(snippet) == snippet.syncs
+
+
+def agreement_table() -> str:
+    rows = ["| snippet | recorded | sentinel (CPU) | CUDA sync debug mode |", "|---|---|---|---|"]
+    cuda = torch.cuda.is_available()
+    for s in CORPUS:
+        mark = lambda v: "sync" if v else "-"  # noqa: E731
+        rows.append(f"| {s.name} | {mark(s.syncs)} | {mark(sentinel_verdict(s)[0])} | "
+                    f"{mark(cuda_verdict(s)) if cuda else 'n/a'} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(agreement_table() + "\n")
