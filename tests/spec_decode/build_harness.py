@@ -8,6 +8,7 @@ Two more hardware-boundary fakes live here, each only where it must:
 
 from __future__ import annotations
 
+import re
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -63,9 +64,15 @@ def recording_wrapper(real_cls: type, calls: list[PlanCall]) -> type:
     return RecordingWrapper
 
 
+def _host_by_name(path: str) -> bool:
+    """On a CPU every tensor is on the host; vLLM names its host-side buffers ``*_cpu*`` / ``.cpu``."""
+    return "cpu" in re.split(r"[._\[\]']+", path)
+
+
 def persistent_buffers(builder) -> Iterator[tuple[str, torch.Tensor, bool]]:
     """Every tensor the builder keeps between batches, found by walking its attributes (not by name):
-    yields (path, tensor, lives_on_device). A ``CpuGpuBuffer``-like object gives a host and a device half."""
+    yields (path, tensor, lives_on_device). A ``CpuGpuBuffer``-like object gives a host and a device half;
+    a plain tensor is on the device if it is on a GPU or, on a CPU, unless its name says ``cpu``."""
     seen: set[int] = set()
 
     def walk(path: str, value: Any):
@@ -73,7 +80,8 @@ def persistent_buffers(builder) -> Iterator[tuple[str, torch.Tensor, bool]]:
             return
         seen.add(id(value))
         if isinstance(value, torch.Tensor):
-            yield path, value, True
+            on_device = value.device.type != "cpu" if torch.cuda.is_available() else not _host_by_name(path)
+            yield path, value, on_device
         elif isinstance(getattr(value, "cpu", None), torch.Tensor) and isinstance(getattr(value, "gpu", None),
                                                                                   torch.Tensor):
             yield f"{path}.cpu", value.cpu, False
@@ -138,6 +146,11 @@ class BuildHarness:
         self.device = builder_device()
         with self._kernel_fakes():
             self.builder = make_builder(self.options, self.gpu, module=self.module, device=self.device)
+
+    @property
+    def trtllm_decode_class(self) -> str:
+        """The TRTLLM decode metadata class: ``FlashInferTrtllmAPIDecode`` (later vLLM) or ``TRTLLMDecode``."""
+        return next(n for n in ("FlashInferTrtllmAPIDecode", "TRTLLMDecode") if hasattr(self.module, n))
 
     @property
     def decode_threshold(self) -> int:

@@ -11,6 +11,7 @@ emulated capability; the per-phase switch can only take a kernel away, never add
 
 from __future__ import annotations
 
+import inspect
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -35,6 +36,18 @@ class EmulatedGpu:
 BLACKWELL = EmulatedGpu()
 
 
+def per_phase_trtllm_availability() -> bool:
+    """Whether this vLLM asks the platform about TRTLLM per phase (``supports_trtllm_attention(is_prefill)``);
+    earlier releases ask once for both, so a GPU with only one phase's kernels cannot be emulated there."""
+    import vllm.utils.flashinfer as fi_utils
+
+    return "is_prefill" in inspect.signature(fi_utils.supports_trtllm_attention).parameters
+
+
+class UnsupportedEmulation(Exception):
+    pass
+
+
 @contextmanager
 def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterator[EmulatedGpu]:
     """``extra_modules``: copies of vLLM's backend module (self-check) that imported the same names."""
@@ -45,11 +58,15 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
 
     platform_cls = type(current_platform)
     real_supports = fi_utils.supports_trtllm_attention
+    per_phase = per_phase_trtllm_availability()
+    if not per_phase and gpu.trtllm_prefill != gpu.trtllm_decode:
+        raise UnsupportedEmulation(f"{gpu.name}: this vLLM has no per-phase TRTLLM availability to emulate")
 
-    def supports_trtllm_attention(is_prefill: bool = False) -> bool:
+    def supports_trtllm_attention(*args, **kwargs) -> bool:
         # Hardware boundary: the emulated GPU may lack a phase's TRTLLM kernel; vLLM's own rule decides the rest.
+        is_prefill = kwargs.get("is_prefill", args[0] if args else False)
         shipped = gpu.trtllm_prefill if is_prefill else gpu.trtllm_decode
-        return shipped and real_supports(is_prefill=is_prefill)
+        return shipped and (real_supports(*args, **kwargs) if per_phase else real_supports())
 
     with ExitStack() as stack:
         # Hardware boundary: report the emulated GPU's compute capability.
@@ -59,12 +76,21 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
         if not torch.cuda.is_available():
             # Hardware boundary: a CPU-only box reports no device type, and vLLM's DeviceConfig then fails.
             stack.enter_context(mock.patch.object(platform_cls, "device_type", "cuda"))
-            # Hardware boundary: page-locked host memory needs a CUDA driver.
+            # Hardware boundary: page-locked host memory needs a CUDA driver. vLLM reads that through the
+            # platform, a cached helper or a constant, depending on the release; answer "no" at each.
+            import vllm.utils.platform_utils as platform_utils
             import vllm.v1.utils as v1_utils
 
-            for module in (v1_utils, fi_utils, fi_backend, *extra_modules):
-                if hasattr(module, "PIN_MEMORY"):
-                    stack.enter_context(mock.patch.object(module, "PIN_MEMORY", False))
+            stack.enter_context(mock.patch.object(platform_cls, "is_pin_memory_available",
+                                                  classmethod(lambda cls: False)))
+            for module in (platform_utils, v1_utils, fi_utils, fi_backend, *extra_modules):
+                for name, value in (("PIN_MEMORY", False), ("is_pin_memory_available", lambda: False)):
+                    if hasattr(module, name):
+                        stack.enter_context(mock.patch.object(module, name, value))
+            init = v1_utils.CpuGpuBuffer.__init__
+            if "pin_memory" in (init.__kwdefaults__ or {}):  # a default bound when vLLM was imported
+                stack.enter_context(mock.patch.object(init, "__kwdefaults__",
+                                                      {**init.__kwdefaults__, "pin_memory": False}))
         # Hardware boundary: TRTLLM cubins count as present (the real check downloads from NVIDIA).
         stack.enter_context(mock.patch.object(fi_utils, "has_nvidia_artifactory", lambda: True))
         for module in (fi_utils, fi_backend, *extra_modules):

@@ -58,9 +58,9 @@ def snapshot(result: BuildResult, batch: Batch) -> dict[str, Any]:
                             "prefill": type(m.prefill).__name__, "decode": type(m.decode).__name__}
     if view["prefill"] == "TRTLLMPrefill":
         view["trtllm_prefill"] = trtllm_prefill(result, batch)
-    if view["decode"] == "FlashInferTrtllmAPIDecode":
+    if view["decode"] in ("FlashInferTrtllmAPIDecode", "TRTLLMDecode"):
         view["trtllm_decode"] = trtllm_decode(result, batch)
-        view["q_len_per_req"] = m.decode.q_len_per_req
+        view["q_len_per_req"] = getattr(m.decode, "q_len_per_req", None)  # not in vLLM 0.20
     starts = {"BatchPrefillWithPagedKVCacheWrapper": m.num_decodes, "BatchDecodeWithPagedKVCacheWrapper": 0}
     view["plans"] = [(c.wrapper, planned_paged_kv(c, batch, starts[c.wrapper])) for c in result.plans]
     return view

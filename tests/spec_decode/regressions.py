@@ -32,15 +32,15 @@ REGRESSIONS = {
         Regression(
             "old_guard",
             "host copy of seq_lens skipped only for decode-only TRTLLM batches (is_only_trtllm_decode)",
-            r"needs_seq_lens_cpu = self\.use_dcp or not all_uses_trtllm",
-            "is_only_trtllm_decode = (num_prefills == 0 and num_decodes > 0\n"
-            "                                 and decode_with_flashinfer_trtllm_api)\n"
-            "        needs_seq_lens_cpu = self.use_dcp or not is_only_trtllm_decode",
+            # is_only_trtllm_decode == (no prefills, some decodes, all TRTLLM), in any release's variable names
+            r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm",
+            r"is_only_trtllm_decode = num_prefills == 0 and num_decodes > 0 and all_uses_trtllm" "\n"
+            r"        needs_seq_lens_cpu = self.use_dcp\g<cascade> or not is_only_trtllm_decode",
         ),
         Regression(
             "stale_indptr",
             "TRTLLM prefill reads paged_kv_indptr.gpu without the on-device cumsum that refreshes it",
-            r"\n[ \t]*paged_kv_indptr_prefill_gpu\[:1\] = 0\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
+            r"\n[ \t]*paged_kv_indptr_prefill_gpu\[(?::1|0)\] = 0\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
             r"\s*dim=0,\s*out=paged_kv_indptr_prefill_gpu\[1:\],?\s*\)",
             "",
         ),

@@ -50,6 +50,7 @@ _REPEAT_INTERLEAVE = {torch.repeat_interleave, T.repeat_interleave}
 class SyncEvent:
     op: str
     site: str  # "file:line in function" of the innermost frame outside torch and this module
+    callers: tuple[str, ...] = ()  # the function names of the frames above it, innermost first
 
     def __str__(self) -> str:
         return f"{self.op} at {self.site}"
@@ -195,9 +196,10 @@ class HostSyncSentinel(TorchFunctionMode):
         return isinstance(repeats, torch.Tensor) and repeats.numel() > 1
 
     def _record(self, reason: str) -> None:
-        site = _call_site()
+        frames = _frames_outside_torch()
+        site = f"{frames[0].filename}:{frames[0].lineno} in {frames[0].name}" if frames else "<unknown>"
         if self.site_filter is None or self.site_filter(site):
-            self.events.append(SyncEvent(reason, site))
+            self.events.append(SyncEvent(reason, site, tuple(f.name for f in frames[1:])))
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -221,10 +223,7 @@ def _non_blocking(args, kwargs, position: int) -> bool:
     return bool(kwargs.get("non_blocking", args[position] if len(args) > position else False))
 
 
-def _call_site() -> str:
+def _frames_outside_torch() -> list[traceback.FrameSummary]:
+    """The caller's frames, innermost first, without torch's and this module's own."""
     here = __file__
-    for frame in reversed(traceback.extract_stack()[:-3]):
-        if frame.filename == here or "/torch/" in frame.filename:
-            continue
-        return f"{frame.filename}:{frame.lineno} in {frame.name}"
-    return "<unknown>"
+    return [f for f in reversed(traceback.extract_stack()[:-3]) if f.filename != here and "/torch/" not in f.filename]

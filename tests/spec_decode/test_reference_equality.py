@@ -41,7 +41,8 @@ def test_trtllm_fields_equal_reference(harness_cache, page):
             assert m.prefill is None, name
         if split.num_decodes:
             assert metadata_view.trtllm_decode(result, batch) == reference.trtllm_decode(batch, split), name
-            assert m.decode.q_len_per_req == batch.query_lens[0], name
+            if hasattr(m.decode, "q_len_per_req"):  # uniform spec-decode query length; not in vLLM 0.20
+                assert m.decode.q_len_per_req == batch.query_lens[0], name
         else:
             assert m.decode is None, name
 
