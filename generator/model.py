@@ -78,7 +78,7 @@ class Matrix:
 _FORBIDDEN_CHAR = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
-class _Reader:
+class Section:
     """Reads one mapping of a document, remembering which keys were consumed."""
 
     def __init__(self, doc: Document, path: str, what: str):
@@ -192,13 +192,13 @@ def env_mapping(doc: Document, path: str, value: Any) -> tuple[tuple[str, str], 
 # --- the matrix ----------------------------------------------------------------------------------
 
 
-def _section(what: str) -> Callable[[Document, str, Any], _Reader]:
-    return lambda doc, path, value: _Reader(doc, path, what)
+def _section(what: str) -> Callable[[Document, str, Any], Section]:
+    return lambda doc, path, value: Section(doc, path, what)
 
 
 def parse_matrix(doc: Document) -> Matrix:
     """Turn a located document into a ``Matrix``, or raise a located ``InputError``."""
-    top = _Reader(doc, "", "the hardware matrix")
+    top = Section(doc, "", "the hardware matrix")
     test_area = top.get("test_area", _section("test-area settings"), required=True)
     group = test_area.get("group", text, required=True)
     depends_on = test_area.get("depends_on", text_list(), default=())
@@ -223,7 +223,7 @@ def parse_matrix(doc: Document) -> Matrix:
 
 def _parse_device(doc: Document, path: str, name: str) -> Device:
     text(doc, path, name, pattern=NAME_RE, hint="a device name of lower-case letters, digits and '_'")
-    r = _Reader(doc, path, f"device '{name}'")
+    r = Section(doc, path, f"device '{name}'")
     device = Device(
         name=name,
         display_name=r.get("display_name", text, required=True),
@@ -245,7 +245,7 @@ def _parse_device(doc: Document, path: str, name: str) -> Device:
 
 def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]) -> Suite:
     text(doc, path, name, pattern=NAME_RE, hint="a suite name of lower-case letters, digits and '_'")
-    r = _Reader(doc, path, f"suite '{name}'")
+    r = Section(doc, path, f"suite '{name}'")
 
     def device_name(d: Document, p: str, value: Any) -> str:
         if not isinstance(value, str) or value not in devices:

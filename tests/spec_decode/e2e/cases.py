@@ -1,0 +1,179 @@
+"""The end-to-end cases, read from spec_decode_e2e.yaml with the generator's located-error readers."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from generator.load import read_document
+from generator.model import Section, boolean, integer, one_of, text, text_list
+from tests.spec_decode.e2e.tiny_models import FAMILIES
+
+CONFIG_PATH = Path(__file__).resolve().parents[3] / "spec_decode_e2e.yaml"
+# Another suite configuration (e.g. tiny random-weight models on a smoke machine), same format.
+CONFIG_ENV = "SPEC_DECODE_E2E_CONFIG"
+METHODS = ("eagle", "eagle3", "mtp", "draft_model")
+
+
+def fraction(doc, path, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise doc.error(path, f"expected a number between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def positive(doc, path, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise doc.error(path, f"expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    attention_backend: str
+    use_trtllm_attention: bool
+    async_scheduling: bool
+    enable_chunked_prefill: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Case:
+    suite: str
+    id: str
+    family: str  # the target's architecture family (tiny_models.FAMILIES)
+    target: str
+    method: str
+    num_speculative_tokens: int
+    draft: str | None  # a drafter checkpoint (eagle, eagle3, draft_model)
+    speculators: str | None  # a speculators-format checkpoint: vLLM reads the drafter config from it
+    trust_remote_code: bool
+    min_match_fraction: float
+    min_acceptance_length: float | None
+    min_acceptance_length_ratio: float | None
+    min_acceptance_rate: float | None
+
+    @property
+    def acceptance_length_floor(self) -> float:
+        if self.min_acceptance_length_ratio is not None:
+            return self.min_acceptance_length_ratio * self.num_speculative_tokens
+        return self.min_acceptance_length or 0.0
+
+    @property
+    def checkpoints(self) -> tuple[str, ...]:
+        """Every checkpoint the case loads (weights must be reachable)."""
+        return tuple(dict.fromkeys(c for c in (self.target, self.draft, self.speculators) if c))
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    engine: EngineSettings
+    max_tokens: int
+    prompts: tuple[str, ...]
+    suites: dict[str, tuple[Case, ...]]
+
+    def cases(self, suite: str) -> tuple[Case, ...]:
+        return self.suites.get(suite, ())
+
+    def with_models(self, mapping: dict[str, str]) -> "SuiteConfig":
+        """The same cases with checkpoint ids replaced (local directories for the offline tier)."""
+        def swap(c: Case) -> Case:
+            return replace(c, target=mapping.get(c.target, c.target),
+                           draft=mapping.get(c.draft, c.draft) if c.draft else None,
+                           speculators=mapping.get(c.speculators, c.speculators) if c.speculators else None)
+        return replace(self, suites={s: tuple(swap(c) for c in cs) for s, cs in self.suites.items()})
+
+
+def _parse_case(doc, path: str, suite: str) -> Case:
+    r = Section(doc, path, "an end-to-end case")
+    case = Case(
+        suite=suite,
+        id=r.get("id", text, required=True),
+        family=r.get("family", one_of(FAMILIES), required=True),
+        target=r.get("target", text, required=True),
+        method=r.get("method", one_of(METHODS), required=True),
+        num_speculative_tokens=r.get("num_speculative_tokens", integer(1, 16), required=True),
+        draft=r.get("draft", text),
+        speculators=r.get("speculators", text),
+        trust_remote_code=r.get("trust_remote_code", boolean, False),
+        min_match_fraction=r.get("min_match_fraction", fraction, required=True),
+        min_acceptance_length=r.get("min_acceptance_length", positive),
+        min_acceptance_length_ratio=r.get("min_acceptance_length_ratio", fraction),
+        min_acceptance_rate=r.get("min_acceptance_rate", fraction),
+    )
+    r.finish()
+    needs_draft = case.method in ("eagle", "eagle3", "draft_model") and not case.speculators
+    if needs_draft and not case.draft:
+        raise doc.error(path, f"method {case.method} needs a 'draft' checkpoint (or 'speculators')")
+    if case.min_acceptance_length is None and case.min_acceptance_length_ratio is None:
+        raise doc.error(path, "expected min_acceptance_length or min_acceptance_length_ratio")
+    return case
+
+
+def parse(path: Path) -> SuiteConfig:
+    doc = read_document(path)
+    top = Section(doc, "", "the end-to-end suite configuration")
+    engine = top.get("engine", lambda d, p, v: Section(d, p, "engine settings"), required=True)
+    settings = EngineSettings(
+        attention_backend=engine.get("attention_backend", text, required=True),
+        use_trtllm_attention=engine.get("use_trtllm_attention", boolean, required=True),
+        async_scheduling=engine.get("async_scheduling", boolean, required=True),
+        enable_chunked_prefill=engine.get("enable_chunked_prefill", boolean, required=True),
+        max_num_seqs=engine.get("max_num_seqs", integer(2), required=True),
+        max_num_batched_tokens=engine.get("max_num_batched_tokens", integer(16), required=True),
+        max_model_len=engine.get("max_model_len", integer(64), required=True),
+        gpu_memory_utilization=engine.get("gpu_memory_utilization", fraction, required=True),
+        seed=engine.get("seed", integer(0), 0),
+    )
+    engine.finish()
+    sampling = top.get("sampling", lambda d, p, v: Section(d, p, "sampling settings"), required=True)
+    max_tokens = sampling.get("max_tokens", integer(1), required=True)
+    sampling.finish()
+    prompts = top.get("prompts", text_list(non_empty=True), required=True)
+    suites_section = top.get("suites", lambda d, p, v: Section(d, p, "suites by name"), required=True)
+    suites: dict[str, tuple[Case, ...]] = {}
+    for name, cases in suites_section.data.items():
+        if not isinstance(cases, list) or not cases:
+            raise doc.error(f"suites.{name}", "expected a non-empty list of cases")
+        suites[name] = tuple(_parse_case(doc, f"suites.{name}.{i}", name) for i in range(len(cases)))
+        ids = [c.id for c in suites[name]]
+        for i, case_id in enumerate(ids):
+            if case_id in ids[:i]:
+                raise doc.error(f"suites.{name}.{i}.id", f"duplicate case id {case_id!r}")
+    suites_section.allowed += list(suites)
+    suites_section.finish()
+    top.finish()
+    return SuiteConfig(settings, max_tokens, prompts, suites)
+
+
+@lru_cache(maxsize=None)
+def load(path: str | None = None) -> SuiteConfig:
+    return parse(Path(path or os.environ.get(CONFIG_ENV) or CONFIG_PATH))
+
+
+def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[str, Any]:
+    """``LLM`` / ``EngineArgs`` keyword arguments for the target alone, or for target + drafter."""
+    e = config.engine
+    kwargs: dict[str, Any] = dict(
+        model=case.target, attention_backend=e.attention_backend, async_scheduling=e.async_scheduling,
+        enable_chunked_prefill=e.enable_chunked_prefill, max_num_seqs=e.max_num_seqs,
+        max_num_batched_tokens=e.max_num_batched_tokens, max_model_len=e.max_model_len,
+        gpu_memory_utilization=e.gpu_memory_utilization, seed=e.seed, trust_remote_code=case.trust_remote_code,
+        attention_config={"use_trtllm_attention": e.use_trtllm_attention},
+    )
+    if not speculative:
+        return kwargs
+    if case.speculators:
+        kwargs["model"] = case.speculators  # vLLM detects the speculators config and loads its verifier
+    elif case.method == "mtp":
+        kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": case.num_speculative_tokens}
+    else:
+        kwargs["speculative_config"] = {"method": case.method, "model": case.draft,
+                                        "num_speculative_tokens": case.num_speculative_tokens}
+    return kwargs

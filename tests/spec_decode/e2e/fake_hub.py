@@ -1,0 +1,52 @@
+"""A local Hugging Face cache holding tiny configs under the real checkpoint ids (offline tier).
+
+With the hub switched to offline mode and pointed here, vLLM resolves ``meta-llama/Llama-3.1-8B-Instruct``
+or a speculators checkpoint exactly as it would from a warm cache on a CI agent, with no network.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+from unittest import mock
+
+from tests.spec_decode.e2e import tiny_models
+from tests.spec_decode.e2e.cases import Case
+
+REVISION = "0" * 40
+
+
+def snapshot_dir(cache: Path, repo_id: str) -> Path:
+    return cache / f"models--{repo_id.replace('/', '--')}" / "snapshots" / REVISION
+
+
+def put(cache: Path, repo_id: str, write: Callable[[Path], Path]) -> Path:
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(REVISION)
+    return write(snapshot_dir(cache, repo_id))
+
+
+def populate(cache: Path, case: Case) -> None:
+    """Tiny configs for every checkpoint of ``case``, shaped like the real ones."""
+    put(cache, case.target, lambda d: tiny_models.write_target(d, case.family))
+    if case.speculators:
+        put(cache, case.speculators, lambda d: tiny_models.write_speculators(
+            d, Path(case.target), case.family, case.num_speculative_tokens))
+    elif case.method == "eagle3":
+        put(cache, case.draft, tiny_models.write_eagle3_head)
+    elif case.method == "eagle":
+        put(cache, case.draft, tiny_models.write_eagle1_head)
+    elif case.method == "draft_model" and case.draft != case.target:
+        put(cache, case.draft, lambda d: tiny_models.write_target(d, case.family))
+
+
+@contextmanager
+def offline_hub(cache: Path) -> Iterator[Path]:
+    """Point huggingface_hub at ``cache`` in offline mode (read at call time by transformers and vLLM)."""
+    import huggingface_hub.constants as constants
+
+    with mock.patch.object(constants, "HF_HUB_CACHE", str(cache)), \
+            mock.patch.object(constants, "HF_HUB_OFFLINE", True):
+        yield cache

@@ -1,0 +1,80 @@
+"""Tiny local stand-ins for the e2e checkpoints: the same config.json structure, a few hundred parameters.
+
+The offline tier writes only configs (vLLM's engine configuration never reads weights); the GPU smoke
+also writes random weights with transformers (``write_weights``), so vLLM can load and run them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, VOCAB, LAYERS = 256, 4, 2, 64, 1024, 2
+
+_FAMILIES: dict[str, dict[str, Any]] = {
+    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"},
+    # MiMo ships its config class as remote code (auto_map), like the real checkpoint.
+    "mimo": {"architectures": ["MiMoForCausalLM"], "model_type": "mimo", "num_nextn_predict_layers": 1,
+             "auto_map": {"AutoConfig": "configuration_mimo.MiMoConfig"}},
+}
+FAMILIES = tuple(_FAMILIES)
+
+_MIMO_CONFIG_CODE = '''from transformers import Qwen2Config
+
+
+class MiMoConfig(Qwen2Config):
+    model_type = "mimo"
+
+    def __init__(self, *args, num_nextn_predict_layers=0, **kwargs):
+        self.num_nextn_predict_layers = num_nextn_predict_layers
+        super().__init__(*args, **kwargs)
+'''
+
+
+def _base(max_len: int) -> dict[str, Any]:
+    return {"hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "num_hidden_layers": LAYERS, "vocab_size": VOCAB,
+            "max_position_embeddings": max_len, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
+            "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "rope_theta": 10000.0}
+
+
+def _write(directory: Path, config: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
+    return directory
+
+
+def write_target(directory: Path, family: str, max_len: int = 4096) -> Path:
+    path = _write(directory, {**_base(max_len), **_FAMILIES[family]})
+    if family == "mimo":
+        (directory / "configuration_mimo.py").write_text(_MIMO_CONFIG_CODE)
+    return path
+
+
+def write_eagle3_head(directory: Path, max_len: int = 4096) -> Path:
+    """EAGLE-3 heads (yuhuili, AngelSlim) are one Llama decoder layer reading the target's hidden states."""
+    return _write(directory, {**_base(max_len), "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+                              "num_hidden_layers": 1, "draft_vocab_size": VOCAB, "target_hidden_size": HIDDEN})
+
+
+def write_eagle1_head(directory: Path, max_len: int = 4096) -> Path:
+    """yuhuili's EAGLE-1 heads are saved as a one-layer ``LlamaForCausalLM``."""
+    return _write(directory, {**_base(max_len), **_FAMILIES["llama"], "num_hidden_layers": 1})
+
+
+def write_speculators(directory: Path, verifier: Path, family: str, num_speculative_tokens: int,
+                      max_len: int = 4096) -> Path:
+    """A speculators-format EAGLE-3 checkpoint whose verifier is the local tiny target."""
+    layer = {**_base(max_len), "model_type": family if family in ("llama", "qwen3") else "llama",
+             "num_hidden_layers": 1}
+    return _write(directory, {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+        "transformer_layer_config": layer, "draft_vocab_size": VOCAB, "norm_before_residual": True,
+        "speculators_config": {
+            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": num_speculative_tokens}],
+            "verifier": {"name_or_path": str(verifier), "architectures": _FAMILIES[family]["architectures"]},
+        },
+    })
