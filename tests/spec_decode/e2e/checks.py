@@ -1,0 +1,87 @@
+"""The end-to-end checks every suite shares, and the gating that decides whether they can run here."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.spec_decode.e2e.cases import Case, SuiteConfig
+from tests.spec_decode.e2e.engine_runner import Run, run_case
+
+# Every nightly e2e case runs all attention on TRTLLM: the machine must have both phases' kernels.
+TRTLLM_ATTENTION = pytest.mark.requires("cuda", "trtllm_prefill", "trtllm_decode")
+
+
+def missing_weights(case: Case) -> str | None:
+    """Why the case's checkpoints cannot be loaded here: not in the local HF cache and no hub to fetch from."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    missing = [repo for repo in case.checkpoints
+               if os.path.isdir(repo) is False and not isinstance(try_to_load_from_cache(repo, "config.json"), str)]
+    if not missing:
+        return None
+    if constants.HF_HUB_OFFLINE:
+        return f"weights not in the local cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set: {missing}"
+    try:
+        from huggingface_hub import HfApi
+
+        for repo in missing:
+            HfApi().model_info(repo, timeout=10)
+    except Exception as exc:  # no network, no access (gated model without a token), no such repo
+        return f"weights of {missing} not cached under {constants.HF_HUB_CACHE} and not reachable: " \
+               f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return None
+
+
+class CaseRuns:
+    """One baseline engine and one speculative engine per case, each run once per module."""
+
+    def __init__(self, config: SuiteConfig):
+        self.config = config
+        self._runs: dict[tuple[str, bool], Run] = {}
+
+    def get(self, case: Case, speculative: bool) -> Run:
+        key = (case.id, speculative)
+        if key not in self._runs:
+            reason = missing_weights(case)
+            if reason:
+                pytest.skip(reason)
+            self._runs[key] = run_case(self.config, case, speculative)
+        return self._runs[key]
+
+
+def record_wall_time(record_property, run: Run, name: str) -> None:
+    record_property(f"{name}_wall_s", round(run.wall_s, 2))  # lands in the JUnit XML the step uploads
+
+
+def check_greedy_output(runs: CaseRuns, case: Case, record_property) -> None:
+    baseline, spec = runs.get(case, False), runs.get(case, True)
+    record_wall_time(record_property, baseline, "baseline")
+    record_wall_time(record_property, spec, "speculative")
+    same = sum(a == b for a, b in zip(baseline.token_ids, spec.token_ids))
+    fraction = same / len(baseline.token_ids)
+    record_property("match_fraction", round(fraction, 3))
+    assert len(spec.token_ids) == len(baseline.token_ids) == len(runs.config.prompts)
+    if case.min_match_fraction >= 1.0:
+        assert spec.token_ids == baseline.token_ids, "speculative greedy output differs from the target alone"
+    assert fraction >= case.min_match_fraction, f"{same}/{len(baseline.token_ids)} prompts match"
+
+
+def check_acceptance(runs: CaseRuns, case: Case, record_property) -> None:
+    spec = runs.get(case, True)
+    record_property("acceptance_length", round(spec.acceptance_length, 3))
+    record_property("acceptance_rate", round(spec.acceptance_rate, 3))
+    assert spec.counters.get("vllm:spec_decode_num_drafts", 0) > 0, f"no drafts recorded: {spec.counters}"
+    assert spec.acceptance_length >= case.acceptance_length_floor, spec.counters
+    if case.min_acceptance_rate is not None:
+        assert spec.acceptance_rate >= case.min_acceptance_rate, spec.counters
+
+
+def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property, all_trtllm: bool = True) -> None:
+    spec = runs.get(case, True)
+    record_property("builds", len(spec.builds.batches))
+    record_property("mixed_batches", spec.builds.mixed_batches)
+    assert spec.builds.mixed_batches > 0, f"no mixed prefill + decode batch in {len(spec.builds.batches)} builds"
+    if all_trtllm:
+        assert spec.builds.syncs == [], "host syncs in FlashInfer metadata build:\n" + "\n".join(spec.builds.syncs)

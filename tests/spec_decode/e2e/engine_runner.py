@@ -1,0 +1,130 @@
+"""Runs one case through vLLM's real ``LLM`` and records what the e2e checks need.
+
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the FlashInfer metadata
+builder can be observed: every ``build()`` is recorded (prefills, decodes) and runs under CUDA's sync debug
+mode in "warn", whose warnings are collected as host syncs. Where vLLM has its own sync check
+(``vllm.utils.gpu_sync_debug``), it is switched to "error" too.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import warnings
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+from unittest import mock
+
+from tests.spec_decode.e2e.cases import Case, SuiteConfig, engine_kwargs
+
+CUDA_SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+@dataclass
+class BuildLog:
+    batches: list[tuple[int, int]] = field(default_factory=list)  # (num_prefills, num_decodes) per build
+    syncs: list[str] = field(default_factory=list)
+
+    @property
+    def mixed_batches(self) -> int:
+        return sum(1 for p, d in self.batches if p and d)
+
+
+@dataclass
+class Run:
+    token_ids: list[list[int]]
+    builds: BuildLog
+    counters: dict[str, float]
+    wall_s: float
+
+    @property
+    def acceptance_length(self) -> float:
+        """Accepted draft tokens per drafting step (0..k)."""
+        drafts = self.counters.get("vllm:spec_decode_num_drafts", 0)
+        return self.counters.get("vllm:spec_decode_num_accepted_tokens", 0) / drafts if drafts else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        proposed = self.counters.get("vllm:spec_decode_num_draft_tokens", 0)
+        return self.counters.get("vllm:spec_decode_num_accepted_tokens", 0) / proposed if proposed else 0.0
+
+
+@contextmanager
+def observed_builds(log: BuildLog) -> Iterator[None]:
+    import torch
+    import vllm.v1.attention.backends.flashinfer as fi_backend
+
+    original = fi_backend.FlashInferMetadataBuilder.build
+
+    def build(self, *args, **kwargs):
+        if torch.cuda.is_current_stream_capturing():
+            return original(self, *args, **kwargs)  # CUDA graph capture: nothing real to observe
+        previous = torch.cuda.get_sync_debug_mode()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                metadata = original(self, *args, **kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+        log.syncs += [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if CUDA_SYNC_WARNING in str(w.message)]
+        log.batches.append((metadata.num_prefills, metadata.num_decodes))
+        return metadata
+
+    with mock.patch.object(fi_backend.FlashInferMetadataBuilder, "build", build):
+        yield
+
+
+@contextmanager
+def vllm_sync_check_errors() -> Iterator[None]:
+    """vLLM's own GPU sync check in "error" mode, where this vLLM has one."""
+    try:
+        import vllm.utils.gpu_sync_debug as sync_debug
+    except ImportError:
+        yield
+        return
+    with mock.patch.object(sync_debug, "_SYNC_CHECK_MODE", "error"):
+        yield
+
+
+def _counters(llm) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        value = getattr(metric, "value", None)
+        if isinstance(value, (int, float)) and metric.name.startswith("vllm:spec_decode"):
+            totals[metric.name] = totals.get(metric.name, 0) + value
+    return totals
+
+
+def _free_gpu_memory() -> None:
+    gc.collect()
+    try:
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+    except ImportError:
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
+    from vllm import LLM, SamplingParams
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the builder must run in this process to be observed
+    log = BuildLog()
+    start = time.perf_counter()
+    with ExitStack() as stack:
+        stack.enter_context(observed_builds(log))
+        stack.enter_context(vllm_sync_check_errors())
+        llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
+        params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, ignore_eos=True)
+        outputs = llm.generate(list(config.prompts), params, use_tqdm=False)
+        counters = _counters(llm) if speculative else {}
+    wall = time.perf_counter() - start
+    token_ids = [list(o.outputs[0].token_ids) for o in outputs]
+    del llm, outputs
+    _free_gpu_memory()  # the next engine of the module needs the memory
+    return Run(token_ids, log, counters, wall)
