@@ -85,3 +85,26 @@ def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property, all_trt
     assert spec.builds.mixed_batches > 0, f"no mixed prefill + decode batch in {len(spec.builds.batches)} builds"
     if all_trtllm:
         assert spec.builds.syncs == [], "host syncs in FlashInfer metadata build:\n" + "\n".join(spec.builds.syncs)
+
+
+class SuiteTests:
+    """The e2e tests of one suite; a module subclasses it with ``suite = "<name>"`` and gets one test per
+    check and case (``case`` is parametrized from spec_decode_e2e.yaml by the e2e conftest)."""
+
+    suite: str
+    pytestmark = [pytest.mark.e2e, TRTLLM_ATTENTION]
+
+    @pytest.fixture(scope="class")
+    def runs(self):
+        from tests.spec_decode.e2e import cases
+
+        return CaseRuns(cases.load())
+
+    def test_greedy_output_matches_target(self, runs, case, record_property):
+        check_greedy_output(runs, case, record_property)
+
+    def test_acceptance(self, runs, case, record_property):
+        check_acceptance(runs, case, record_property)
+
+    def test_mixed_batches_without_host_sync(self, runs, case, record_property):
+        check_batches_and_syncs(runs, case, record_property)
