@@ -41,6 +41,14 @@ class EngineSettings:
     max_model_len: int
     gpu_memory_utilization: float
     seed: int
+    enforce_eager: bool
+    skip_tokenizer_init: bool  # prompts then go in as token ids (tiny models ship no tokenizer)
+    requires: tuple[str, ...]  # hardware_matrix.yaml capabilities the runs need
+
+    @property
+    def all_trtllm(self) -> bool:
+        """Whether every attention phase runs on TRTLLM, so that build() must not sync at all."""
+        return self.use_trtllm_attention and {"trtllm_prefill", "trtllm_decode"} <= set(self.requires)
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,7 @@ class SuiteConfig:
     max_tokens: int
     prompts: tuple[str, ...]
     suites: dict[str, tuple[Case, ...]]
+    tiny_models: dict[str, str]  # name -> family: random-weight models written on the machine before the run
 
     def cases(self, suite: str) -> tuple[Case, ...]:
         return self.suites.get(suite, ())
@@ -130,6 +139,9 @@ def parse(path: Path) -> SuiteConfig:
         max_model_len=engine.get("max_model_len", integer(64), required=True),
         gpu_memory_utilization=engine.get("gpu_memory_utilization", fraction, required=True),
         seed=engine.get("seed", integer(0), 0),
+        enforce_eager=engine.get("enforce_eager", boolean, False),
+        skip_tokenizer_init=engine.get("skip_tokenizer_init", boolean, False),
+        requires=engine.get("requires", text_list(non_empty=True), required=True),
     )
     engine.finish()
     sampling = top.get("sampling", lambda d, p, v: Section(d, p, "sampling settings"), required=True)
@@ -148,8 +160,14 @@ def parse(path: Path) -> SuiteConfig:
                 raise doc.error(f"suites.{name}.{i}.id", f"duplicate case id {case_id!r}")
     suites_section.allowed += list(suites)
     suites_section.finish()
+    tiny = top.get("tiny_models", lambda d, p, v: Section(d, p, "tiny models by name"), None)
+    tiny_models = {}
+    if tiny is not None:
+        tiny_models = {name: one_of(FAMILIES)(doc, f"tiny_models.{name}", family) for name, family in tiny.data.items()}
+        tiny.allowed += list(tiny_models)
+        tiny.finish()
     top.finish()
-    return SuiteConfig(settings, max_tokens, prompts, suites)
+    return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models)
 
 
 @lru_cache(maxsize=None)
@@ -165,7 +183,8 @@ def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[st
         enable_chunked_prefill=e.enable_chunked_prefill, max_num_seqs=e.max_num_seqs,
         max_num_batched_tokens=e.max_num_batched_tokens, max_model_len=e.max_model_len,
         gpu_memory_utilization=e.gpu_memory_utilization, seed=e.seed, trust_remote_code=case.trust_remote_code,
-        attention_config={"use_trtllm_attention": e.use_trtllm_attention},
+        attention_config={"use_trtllm_attention": e.use_trtllm_attention}, enforce_eager=e.enforce_eager,
+        skip_tokenizer_init=e.skip_tokenizer_init,
     )
     if not speculative:
         return kwargs

@@ -26,6 +26,7 @@ CUDA_SYNC_WARNING = "called a synchronizing CUDA operation"
 class BuildLog:
     batches: list[tuple[int, int]] = field(default_factory=list)  # (num_prefills, num_decodes) per build
     syncs: list[str] = field(default_factory=list)
+    syncs_per_build: list[int] = field(default_factory=list)
 
     @property
     def mixed_batches(self) -> int:
@@ -69,7 +70,9 @@ def observed_builds(log: BuildLog) -> Iterator[None]:
                 metadata = original(self, *args, **kwargs)
             finally:
                 torch.cuda.set_sync_debug_mode(previous)
-        log.syncs += [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if CUDA_SYNC_WARNING in str(w.message)]
+        synced = [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if CUDA_SYNC_WARNING in str(w.message)]
+        log.syncs += synced
+        log.syncs_per_build.append(len(synced))
         log.batches.append((metadata.num_prefills, metadata.num_decodes))
         return metadata
 
@@ -87,6 +90,15 @@ def vllm_sync_check_errors() -> Iterator[None]:
         return
     with mock.patch.object(sync_debug, "_SYNC_CHECK_MODE", "error"):
         yield
+
+
+def prompts(config: SuiteConfig) -> list:
+    """Text prompts, or (no tokenizer) token ids from their bytes: same lengths and variety, any vocabulary."""
+    if not config.engine.skip_tokenizer_init:
+        return list(config.prompts)
+    from vllm.inputs import TokensPrompt
+
+    return [TokensPrompt(prompt_token_ids=[3 + b % 1000 for b in p.encode()]) for p in config.prompts]
 
 
 def _counters(llm) -> dict[str, float]:
@@ -120,8 +132,10 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
         stack.enter_context(observed_builds(log))
         stack.enter_context(vllm_sync_check_errors())
         llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
-        params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, ignore_eos=True)
-        outputs = llm.generate(list(config.prompts), params, use_tqdm=False)
+        tokens_only = config.engine.skip_tokenizer_init
+        params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, ignore_eos=True,
+                                detokenize=not tokens_only)
+        outputs = llm.generate(prompts(config), params, use_tqdm=False)
         counters = _counters(llm) if speculative else {}
     wall = time.perf_counter() - start
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]

@@ -38,8 +38,8 @@ def engine_config(case, speculative: bool):
     from vllm.engine.arg_utils import EngineArgs
 
     with emulated_platform():
-        return EngineArgs(**cases.engine_kwargs(CONFIG, case, speculative), skip_tokenizer_init=True,
-                          ).create_engine_config()
+        kwargs = {**cases.engine_kwargs(CONFIG, case, speculative), "skip_tokenizer_init": True}  # configs only
+        return EngineArgs(**kwargs).create_engine_config()
 
 
 def test_every_e2e_suite_has_cases():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -16,20 +17,21 @@ from tests.spec_decode.e2e import cases
 
 pytestmark = pytest.mark.e2e_offline
 ROOT = Path(__file__).resolve().parents[3]
-E2E_SUITES = ("eagle", "speculators_mtp", "draft_model")
+E2E_SUITES = ("eagle", "speculators_mtp", "draft_model")  # the B200 nightly suites
+E2E_DIR = "tests/spec_decode/e2e/"
 TESTS_PER_CASE = ("test_greedy_output_matches_target", "test_acceptance", "test_mixed_batches_without_host_sync")
 
 
 def generated_steps():
     doc = read_document(ROOT / "hardware_matrix.yaml")
-    return [s for s in expand(parse_matrix(doc), doc.error) if s.suite.name in E2E_SUITES]
+    return [s for s in expand(parse_matrix(doc), doc.error) if all(t.startswith(E2E_DIR) for t in s.suite.tests)]
 
 
-def collect(command: str) -> set[str]:
+def collect(command: str, env: dict[str, str]) -> set[str]:
     args = [a for a in shlex.split(command) if not a.startswith("--junitxml")]
     assert args[:3] == ["python", "-m", "pytest"], command
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-qq", "-p", "no:cacheprovider",
-                           *args[3:]], cwd=ROOT, capture_output=True, text=True)
+                           *args[3:]], cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {line for line in proc.stdout.splitlines() if "::" in line}
 
@@ -38,13 +40,17 @@ STEPS = generated_steps()
 
 
 def test_each_e2e_suite_has_a_b200_nightly_step():
-    assert sorted(s.suite.name for s in STEPS if s.device.name == "b200") == sorted(E2E_SUITES)
+    b200 = [s for s in STEPS if s.device.name == "b200"]
+    assert sorted(s.suite.name for s in b200) == sorted(E2E_SUITES)
+    assert all(s.suite.schedule == "nightly" and s.suite.optional for s in b200)
 
 
 @pytest.mark.parametrize("step", STEPS, ids=[s.key for s in STEPS])
 def test_step_collects_its_suite(step):
-    collected = collect(step.pytest_command)
-    expected = {f"{test}[{case.id}]" for case in cases.load().cases(step.suite.name) for test in TESTS_PER_CASE}
-    assert {node.rsplit("::", 1)[1] for node in collected} == expected
-    assert {node.split("::", 1)[0] for node in collected} == {f"tests/spec_decode/e2e/test_{step.suite.name}.py"}
-    assert len(collected) == len(expected)
+    """Every case of the suite behind each of the step's test files, under the step's own env, and nothing else."""
+    env = dict(step.suite.env)
+    config = cases.load(str(ROOT / env["SPEC_DECODE_E2E_CONFIG"]) if "SPEC_DECODE_E2E_CONFIG" in env else None)
+    expected = {f"{path}::{test}[{case.id}]" for path in step.suite.tests
+                for case in config.cases(Path(path).stem.removeprefix("test_")) for test in TESTS_PER_CASE}
+    collected = {node.split("::", 1)[0] + "::" + node.rsplit("::", 1)[1] for node in collect(step.pytest_command, env)}
+    assert expected and collected == expected

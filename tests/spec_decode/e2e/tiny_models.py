@@ -78,3 +78,20 @@ def write_speculators(directory: Path, verifier: Path, family: str, num_speculat
             "verifier": {"name_or_path": str(verifier), "architectures": _FAMILIES[family]["architectures"]},
         },
     })
+
+
+def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 4096) -> Path:
+    """A tiny target with random weights (GPU smoke): config from ``write_target``, weights from transformers.
+
+    Weights are drawn wide (initializer_range 0.5) so greedy choices have clear margins and do not flip on
+    bf16 rounding differences between the speculative and the plain run."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    write_target(directory, family, max_len)
+    config = AutoConfig.from_pretrained(directory, trust_remote_code=family == "mimo")
+    config.initializer_range = 0.5
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    model.save_pretrained(directory, safe_serialization=True)
+    return directory
