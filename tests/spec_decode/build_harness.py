@@ -9,7 +9,8 @@ Two more hardware-boundary fakes live here, each only where it must:
 from __future__ import annotations
 
 import re
-from contextlib import ExitStack
+import warnings
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 from unittest import mock
@@ -116,12 +117,31 @@ def poison(builder, pattern: int) -> list[str]:
     return filled
 
 
+@contextmanager
+def cuda_sync_debug() -> Iterator[list[str]]:
+    """On a GPU, CUDA's own sync debug mode ("warn", collected) watches the same build as the sentinel."""
+    syncs: list[str] = []
+    if not torch.cuda.is_available():
+        yield syncs
+        return
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield syncs
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    syncs += [f"{w.filename}:{w.lineno}" for w in caught if "synchronizing CUDA operation" in str(w.message)]
+
+
 @dataclass
 class BuildResult:
     metadata: Any
     device_batch: DeviceBatch
     plans: list[PlanCall]
     sentinel: HostSyncSentinel | None
+    cuda_syncs: list[str] | None = None  # what CUDA's sync debug mode saw (GPU runs with a sentinel only)
 
     @property
     def syncs(self):
@@ -184,6 +204,7 @@ class BuildHarness:
                 sentinel.device_objects += (self.device,)
                 sentinel.tag(*device_batch.device_tensors.values())
                 sentinel.tag(*(t for _, t, on_device in persistent_buffers(self.builder) if on_device))
-                with sentinel:
+                with sentinel, cuda_sync_debug() as cuda_syncs:
                     metadata = self.builder.build(0, device_batch.common)
-        return BuildResult(metadata, device_batch, list(self._plans), sentinel)
+        return BuildResult(metadata, device_batch, list(self._plans), sentinel,
+                           cuda_syncs if self.device.type == "cuda" else None)

@@ -50,6 +50,8 @@ def test_guard(harness_cache, case):
     decode_types = {**DECODE_TYPE, "trtllm": harness.trtllm_decode_class}
     assert type(m.decode).__name__ == (decode_types[decode_path] if has_decode else "NoneType")
 
+    if result.cuda_syncs is not None:  # on a GPU, CUDA's sync debug mode must see what the sentinel saw
+        assert len(result.cuda_syncs) == len(result.syncs), (result.cuda_syncs, result.syncs)
     all_trtllm = (not has_prefill or prefill_path == "trtllm") and (not has_decode or decode_path == "trtllm")
     if all_trtllm:
         assert result.syncs == [], "all-TRTLLM batch synced:\n" + "\n".join(map(str, result.syncs))
