@@ -197,6 +197,7 @@ class BuildHarness:
         max_pages = cdiv(self.options.max_model_len, self.options.page_size)
         device_batch = common_attn_metadata(batch, self.device, max_pages)
         self._plans.clear()
+        cuda_syncs = None
         with builder_context(self.vllm_config, self.gpu, self.module), self._kernel_fakes():
             if sentinel is None:
                 metadata = self.builder.build(0, device_batch.common)

@@ -188,11 +188,13 @@ def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[st
     )
     if not speculative:
         return kwargs
+    # The drafter picks its attention backend on its own (FLASH_ATTN first on Hopper): pin it too.
+    spec: dict[str, Any] = {"attention_backend": e.attention_backend}
     if case.speculators:
-        kwargs["model"] = case.speculators  # vLLM detects the speculators config and loads its verifier
-    elif case.method == "mtp":
-        kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": case.num_speculative_tokens}
+        kwargs["model"] = case.speculators  # vLLM detects the speculators config (method, k, verifier) ...
     else:
-        kwargs["speculative_config"] = {"method": case.method, "model": case.draft,
-                                        "num_speculative_tokens": case.num_speculative_tokens}
+        spec.update(method=case.method, num_speculative_tokens=case.num_speculative_tokens)
+        if case.method != "mtp":
+            spec["model"] = case.draft
+    kwargs["speculative_config"] = spec  # ... and applies these on top
     return kwargs

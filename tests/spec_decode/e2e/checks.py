@@ -49,6 +49,7 @@ class CaseRuns:
         self._runs: dict[tuple[str, bool], Run] = {}
 
     def get(self, case: Case, speculative: bool) -> Run:
+        case = next(c for c in self.config.cases(case.suite) if c.id == case.id)  # with tiny models in place
         key = (case.id, speculative)
         if key not in self._runs:
             reason = missing_weights(case)

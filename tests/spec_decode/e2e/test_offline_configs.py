@@ -57,6 +57,7 @@ def test_engine_config(hub, case):
     if case.speculators or case.draft:
         assert names(hub, spec.model, case.speculators or case.draft)
     assert spec.draft_model_config is not None
+    assert getattr(spec.attention_backend, "name", spec.attention_backend) == CONFIG.engine.attention_backend
 
     e = CONFIG.engine
     assert config.attention_config.backend.name == e.attention_backend
