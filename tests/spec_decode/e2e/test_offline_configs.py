@@ -72,3 +72,23 @@ def test_baseline_engine_config_has_no_speculation(hub, case):
     config = engine_config(case, speculative=False)
     assert config.speculative_config is None
     assert names(hub, config.model_config.model, case.target)
+
+
+SMOKE = cases.load(str(cases.CONFIG_PATH.with_name("spec_decode_e2e.h200_smoke.yaml")))
+SMOKE_CASES = [case for suite in SMOKE.suites for case in SMOKE.cases(suite)]
+
+
+@pytest.mark.parametrize("case", SMOKE_CASES, ids=[f"smoke-{c.suite}-{c.id}" for c in SMOKE_CASES])
+def test_smoke_engine_config(tmp_path, case):
+    """The GPU smoke's cases too, with its tiny models as local directories (configs only)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from tests.spec_decode.e2e.tiny_models import write_target
+
+    config = SMOKE.with_models({n: str(write_target(tmp_path / n, f)) for n, f in SMOKE.tiny_models.items()})
+    case = next(c for c in config.cases(case.suite) if c.id == case.id)
+    with emulated_platform():
+        engine = EngineArgs(**cases.engine_kwargs(config, case, speculative=True)).create_engine_config()
+    assert engine.speculative_config.method == case.method
+    assert engine.model_config.model == case.target
+    assert getattr(engine.speculative_config.attention_backend, "name", None) == config.engine.attention_backend
