@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -85,7 +84,7 @@ def test_only_and_on_demand(cli):
     key = "spec-decode-eagle-nightly-b200"
     matrix = str(REPO_ROOT / "hardware_matrix.yaml")
     gated = cli("--matrix", matrix, "--format", "buildkite", "--only", key)
-    assert gated.code == 0 and f'block: "Run :nvidia: (B200) Spec Decode Eagle Nightly"' in gated.out
+    assert gated.code == 0 and 'block: "Run :nvidia: (B200) Spec Decode Eagle Nightly"' in gated.out
     assert gated.out.count("  - label:") == 1
     now = cli("--matrix", matrix, "--format", "buildkite", "--only", key, "--on-demand")
     assert now.code == 0 and "block:" not in now.out and f'key: "{key}"' in now.out

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from tests.spec_decode.batch_factory import Batch, cdiv
+from tests.spec_decode.batch_factory import Batch
 from tests.spec_decode.build_harness import BuildResult, PlanCall
 from tests.spec_decode.reference import PagedKvRef, TrtllmDecodeRef, TrtllmPrefillRef
 
@@ -36,7 +36,7 @@ def trtllm_decode(result: BuildResult, batch: Batch) -> TrtllmDecodeRef:
     return TrtllmDecodeRef(as_list(d.seq_lens), _pages(d.block_tables, batch.block_table[:n]), int(d.max_seq_len))
 
 
-def planned_paged_kv(call: PlanCall, batch: Batch, start: int) -> PagedKvRef:
+def planned_paged_kv(call: PlanCall) -> PagedKvRef:
     """What a native wrapper's ``plan()`` was told, per request (indptr may be offset into the whole batch)."""
     k = call.kwargs
     indptr = as_list(k.get("paged_kv_indptr", k.get("indptr")))
@@ -61,10 +61,6 @@ def snapshot(result: BuildResult, batch: Batch) -> dict[str, Any]:
     if view["decode"] in ("FlashInferTrtllmAPIDecode", "TRTLLMDecode"):
         view["trtllm_decode"] = trtllm_decode(result, batch)
         view["q_len_per_req"] = getattr(m.decode, "q_len_per_req", None)  # not in vLLM 0.20
-    starts = {"BatchPrefillWithPagedKVCacheWrapper": m.num_decodes, "BatchDecodeWithPagedKVCacheWrapper": 0}
-    view["plans"] = [(c.wrapper, planned_paged_kv(c, batch, starts[c.wrapper])) for c in result.plans]
+    view["plans"] = [(c.wrapper, planned_paged_kv(c)) for c in result.plans]
     return view
 
-
-def pages_needed(batch: Batch) -> list[int]:
-    return [cdiv(s, batch.page_size) for s in batch.seq_lens]

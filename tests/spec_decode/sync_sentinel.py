@@ -17,7 +17,7 @@ from __future__ import annotations
 import traceback
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -61,7 +61,6 @@ class HostSyncSentinel(TorchFunctionMode):
     """Use as a context manager; ``events`` lists the would-be syncs in order."""
 
     events: list[SyncEvent] = field(default_factory=list)
-    site_filter: Callable[[str], bool] | None = None
     # On a CPU the emulated GPU is the host too: `.to(x)` counts as staying on the device when `x` is one of
     # these objects (the builder's device), and as a move to the host for any other CPU device or "cpu".
     device_objects: tuple[torch.device, ...] = ()
@@ -198,13 +197,7 @@ class HostSyncSentinel(TorchFunctionMode):
     def _record(self, reason: str) -> None:
         frames = _frames_outside_torch()
         site = f"{frames[0].filename}:{frames[0].lineno} in {frames[0].name}" if frames else "<unknown>"
-        if self.site_filter is None or self.site_filter(site):
-            self.events.append(SyncEvent(reason, site, tuple(f.name for f in frames[1:])))
-
-    # -- reading ----------------------------------------------------------------------------------
-
-    def syncs_in(self, path_fragment: str) -> list[SyncEvent]:
-        return [e for e in self.events if path_fragment in e.site]
+        self.events.append(SyncEvent(reason, site, tuple(f.name for f in frames[1:])))
 
 
 _ACTIVE: list[HostSyncSentinel] = []

@@ -29,9 +29,9 @@ def test_native_plans_match_reference(harness_cache, page):
         assert set(by_wrapper) == expected_wrappers
         if split.num_prefills:
             call = by_wrapper["BatchPrefillWithPagedKVCacheWrapper"]
-            assert planned_paged_kv(call, batch, split.num_decodes) == reference.paged_kv(
+            assert planned_paged_kv(call) == reference.paged_kv(
                 batch, split.num_decodes, batch.num_reqs), batch.describe()
             assert call.kwargs["page_size"] == page and call.kwargs["causal"] is True
         if split.num_decodes:
             call = by_wrapper["BatchDecodeWithPagedKVCacheWrapper"]
-            assert planned_paged_kv(call, batch, 0) == reference.paged_kv(batch, 0, split.num_decodes)
+            assert planned_paged_kv(call) == reference.paged_kv(batch, 0, split.num_decodes)
