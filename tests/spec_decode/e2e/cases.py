@@ -175,6 +175,15 @@ def load(path: str | None = None) -> SuiteConfig:
     return parse(Path(path or os.environ.get(CONFIG_ENV) or CONFIG_PATH))
 
 
+def drafter_backend_settable() -> bool:
+    """Whether this vLLM's SpeculativeConfig takes an attention backend for the drafter (not in vLLM 0.20)."""
+    import dataclasses
+
+    from vllm.config import SpeculativeConfig
+
+    return "attention_backend" in {f.name for f in dataclasses.fields(SpeculativeConfig)}
+
+
 def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[str, Any]:
     """``LLM`` / ``EngineArgs`` keyword arguments for the target alone, or for target + drafter."""
     e = config.engine
@@ -188,8 +197,10 @@ def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[st
     )
     if not speculative:
         return kwargs
-    # The drafter picks its attention backend on its own (FLASH_ATTN first on Hopper): pin it too.
-    spec: dict[str, Any] = {"attention_backend": e.attention_backend}
+    spec: dict[str, Any] = {}
+    if drafter_backend_settable():
+        # The drafter picks its attention backend on its own (FLASH_ATTN first on Hopper): pin it too.
+        spec["attention_backend"] = e.attention_backend
     if case.speculators:
         kwargs["model"] = case.speculators  # vLLM detects the speculators config (method, k, verifier) ...
     else:
