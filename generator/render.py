@@ -121,6 +121,26 @@ def yaml_scalar(value: Any) -> str:
 def _environment():
     import jinja2  # imported here so that `--list` and errors before rendering stay cheap
 
+    class BytecodeCache(jinja2.FileSystemBytecodeCache):
+        """Compiled templates in Jinja's private per-user temp directory: a third of a cold `--check`.
+        A cache that cannot be read or written is skipped, never an error."""
+
+        def load_bytecode(self, bucket):
+            try:
+                super().load_bytecode(bucket)
+            except (OSError, RuntimeError):
+                pass
+
+        def dump_bytecode(self, bucket):
+            try:
+                super().dump_bytecode(bucket)
+            except (OSError, RuntimeError):
+                pass
+
+    try:
+        cache = BytecodeCache()
+    except (OSError, RuntimeError):  # no usable temp directory
+        cache = None
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         undefined=jinja2.StrictUndefined,
@@ -128,6 +148,7 @@ def _environment():
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        bytecode_cache=cache,
     )
     env.filters["q"] = yaml_scalar
     return env
