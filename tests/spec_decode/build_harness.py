@@ -9,8 +9,7 @@ Two more hardware-boundary fakes live here, each only where it must:
 from __future__ import annotations
 
 import re
-import warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 from unittest import mock
@@ -22,7 +21,7 @@ from tests.spec_decode.builder_factory import (
     BuilderOptions, builder_context, builder_device, make_builder, make_vllm_config,
 )
 from tests.spec_decode.emulated_platform import BLACKWELL, EmulatedGpu
-from tests.spec_decode.sync_sentinel import HostSyncSentinel, outside_sentinels
+from tests.spec_decode.sync_sentinel import HostSyncSentinel, cuda_sync_warnings, outside_sentinels
 
 
 class CopyPageIndicesOnHost:
@@ -117,24 +116,6 @@ def poison(builder, pattern: int) -> list[str]:
     return filled
 
 
-@contextmanager
-def cuda_sync_debug() -> Iterator[list[str]]:
-    """On a GPU, CUDA's own sync debug mode ("warn", collected) watches the same build as the sentinel."""
-    syncs: list[str] = []
-    if not torch.cuda.is_available():
-        yield syncs
-        return
-    previous = torch.cuda.get_sync_debug_mode()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            yield syncs
-        finally:
-            torch.cuda.set_sync_debug_mode(previous)
-    syncs += [f"{w.filename}:{w.lineno}" for w in caught if "synchronizing CUDA operation" in str(w.message)]
-
-
 @dataclass
 class BuildResult:
     metadata: Any
@@ -205,7 +186,7 @@ class BuildHarness:
                 sentinel.device_objects += (self.device,)
                 sentinel.tag(*device_batch.device_tensors.values())
                 sentinel.tag(*(t for _, t, on_device in persistent_buffers(self.builder) if on_device))
-                with sentinel, cuda_sync_debug() as cuda_syncs:
+                with sentinel, cuda_sync_warnings() as cuda_syncs:
                     metadata = self.builder.build(0, device_batch.common)
         return BuildResult(metadata, device_batch, list(self._plans), sentinel,
                            cuda_syncs if self.device.type == "cuda" else None)

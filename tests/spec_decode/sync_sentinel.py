@@ -201,6 +201,7 @@ class HostSyncSentinel(TorchFunctionMode):
 
 
 _ACTIVE: list[HostSyncSentinel] = []
+CUDA_SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's sync debug mode, "warn"
 
 
 @contextmanager
@@ -220,3 +221,23 @@ def _frames_outside_torch() -> list[traceback.FrameSummary]:
     """The caller's frames, innermost first, without torch's and this module's own."""
     here = __file__
     return [f for f in reversed(traceback.extract_stack()[:-3]) if f.filename != here and "/torch/" not in f.filename]
+
+
+@contextmanager
+def cuda_sync_warnings() -> Iterator[list[str]]:
+    """On a GPU, collect what CUDA's sync debug mode ("warn") reports inside the block; empty without CUDA."""
+    syncs: list[str] = []
+    if not torch.cuda.is_available():
+        yield syncs
+        return
+    import warnings
+
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield syncs
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    syncs += [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if CUDA_SYNC_WARNING in str(w.message)]

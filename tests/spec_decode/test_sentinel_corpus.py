@@ -13,10 +13,9 @@ import pytest
 import torch
 
 from tests.spec_decode.sentinel_corpus import CORPUS, Snippet, inputs
-from tests.spec_decode.sync_sentinel import HostSyncSentinel
+from tests.spec_decode.sync_sentinel import CUDA_SYNC_WARNING, HostSyncSentinel
 
 pytestmark = pytest.mark.sentinel
-CUDA_SYNC_MESSAGE = "called a synchronizing CUDA operation"
 
 
 def sentinel_verdict(snippet: Snippet) -> tuple[bool, list[str]]:
@@ -43,7 +42,7 @@ def cuda_verdict(snippet: Snippet) -> bool:
         snippet.run(t)
         synced = False
     except RuntimeError as exc:
-        if CUDA_SYNC_MESSAGE not in str(exc):
+        if CUDA_SYNC_WARNING not in str(exc):
             raise
         synced = True
     finally:

@@ -11,15 +11,13 @@ from __future__ import annotations
 import gc
 import os
 import time
-import warnings
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 from unittest import mock
 
 from tests.spec_decode.e2e.cases import Case, SuiteConfig, engine_kwargs
-
-CUDA_SYNC_WARNING = "called a synchronizing CUDA operation"
+from tests.spec_decode.sync_sentinel import cuda_sync_warnings
 
 
 @dataclass
@@ -62,15 +60,8 @@ def observed_builds(log: BuildLog) -> Iterator[None]:
     def build(self, *args, **kwargs):
         if torch.cuda.is_current_stream_capturing():
             return original(self, *args, **kwargs)  # CUDA graph capture: nothing real to observe
-        previous = torch.cuda.get_sync_debug_mode()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                metadata = original(self, *args, **kwargs)
-            finally:
-                torch.cuda.set_sync_debug_mode(previous)
-        synced = [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if CUDA_SYNC_WARNING in str(w.message)]
+        with cuda_sync_warnings() as synced:
+            metadata = original(self, *args, **kwargs)
         log.syncs += synced
         log.syncs_per_build.append(len(synced))
         log.batches.append((metadata.num_prefills, metadata.num_decodes))
