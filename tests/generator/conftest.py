@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,13 @@ def run_cli(*argv: str, environ: dict[str, str] | None = None) -> Result:
         except SystemExit as exc:  # argparse's --help / usage errors
             code = exc.code if isinstance(exc.code, int) else 2
     return Result(code, out.getvalue(), err.getvalue())
+
+
+@lru_cache(maxsize=1)
+def buildkite_schema() -> dict:
+    """Buildkite's official pipeline schema, as check-jsonschema vendors it."""
+    source = resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("buildkite.json")
+    return json.loads(source.read_text(encoding="utf-8"))
 
 
 @pytest.fixture

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 
 import jsonschema
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.generator.conftest import DATA, run_cli
+from tests.generator.conftest import DATA, buildkite_schema, run_cli
 
 BASE = yaml.safe_load((DATA / "tricky_matrix.yaml").read_text(encoding="utf-8"))
-SCHEMA = json.loads(
-    resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("buildkite.json").read_text(encoding="utf-8")
-)
+SCHEMA = buildkite_schema()
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 2000), st.floats(allow_nan=False), st.text(max_size=30))
 values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-from importlib import resources
 from pathlib import Path
 
 import jsonschema
@@ -16,9 +14,10 @@ from generator.load import parse_text
 from generator.model import parse_matrix
 from generator.render import RenderOptions, escape_interpolation, output_dict, render_text
 from generator.validate import CI_INFRA_STEP_KEYS, check_round_trip
+from tests.generator import conftest
 
 GOLDEN = Path(__file__).parent / "golden"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = conftest.REPO_ROOT
 CASES = {  # golden file -> (format, gated)
     "tricky.test-area.yaml": ("test-area", True),
     "tricky.buildkite.yaml": ("buildkite", True),
@@ -47,8 +46,7 @@ def unescape(value):
 
 @pytest.fixture(scope="module")
 def buildkite_schema():
-    source = resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("buildkite.json")
-    return json.loads(source.read_text(encoding="utf-8"))
+    return conftest.buildkite_schema()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -13,6 +13,7 @@ from generator.model import Section, boolean, integer, one_of, text, text_list
 from tests.spec_decode.e2e.tiny_models import FAMILIES
 
 CONFIG_PATH = Path(__file__).resolve().parents[3] / "spec_decode_e2e.yaml"
+SMOKE_CONFIG_PATH = CONFIG_PATH.with_name("spec_decode_e2e.h200_smoke.yaml")  # tiny models, any single GPU
 # Another suite configuration (e.g. tiny random-weight models on a smoke machine), same format.
 CONFIG_ENV = "SPEC_DECODE_E2E_CONFIG"
 METHODS = ("eagle", "eagle3", "mtp", "draft_model")

@@ -17,12 +17,16 @@ from tests.spec_decode.e2e.cases import Case
 REVISION = "0" * 40
 
 
+def repo_dir(cache: Path, repo_id: str) -> Path:
+    return cache / f"models--{repo_id.replace('/', '--')}"
+
+
 def snapshot_dir(cache: Path, repo_id: str) -> Path:
-    return cache / f"models--{repo_id.replace('/', '--')}" / "snapshots" / REVISION
+    return repo_dir(cache, repo_id) / "snapshots" / REVISION
 
 
 def put(cache: Path, repo_id: str, write: Callable[[Path], Path]) -> Path:
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    repo = repo_dir(cache, repo_id)
     (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(REVISION)
     return write(snapshot_dir(cache, repo_id))

@@ -75,7 +75,7 @@ def test_baseline_engine_config_has_no_speculation(hub, case):
     assert names(hub, config.model_config.model, case.target)
 
 
-SMOKE = cases.load(str(cases.CONFIG_PATH.with_name("spec_decode_e2e.h200_smoke.yaml")))
+SMOKE = cases.load(str(cases.SMOKE_CONFIG_PATH))
 SMOKE_CASES = [case for suite in SMOKE.suites for case in SMOKE.cases(suite)]
 
 

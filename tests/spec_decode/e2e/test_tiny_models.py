@@ -10,7 +10,7 @@ from tests.spec_decode.e2e.engine_runner import prompts
 from tests.spec_decode.e2e.tiny_models import write_weights
 
 pytestmark = pytest.mark.e2e_offline
-SMOKE = cases.load(str(cases.CONFIG_PATH.with_name("spec_decode_e2e.h200_smoke.yaml")))
+SMOKE = cases.load(str(cases.SMOKE_CONFIG_PATH))
 
 
 def greedy(model_dir, dtype, token_prompts, steps):
