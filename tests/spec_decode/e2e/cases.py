@@ -87,6 +87,7 @@ class SuiteConfig:
     prompts: tuple[str, ...]
     suites: dict[str, tuple[Case, ...]]
     tiny_models: dict[str, str]  # name -> family: random-weight models written on the machine before the run
+    tiny_eagle3_heads: dict[str, str]  # name -> the tiny model it drafts for: random-weight EAGLE-3 heads
 
     def cases(self, suite: str) -> tuple[Case, ...]:
         return self.suites.get(suite, ())
@@ -126,6 +127,17 @@ def _parse_case(doc, path: str, suite: str) -> Case:
     return case
 
 
+def _names(top: Section, key: str, what: str, value_reader) -> dict[str, str]:
+    """An optional mapping of names to checked strings (tiny models and what they are)."""
+    section = top.get(key, lambda d, p, v: Section(d, p, what), None)
+    if section is None:
+        return {}
+    names = {name: value_reader(top.doc, f"{key}.{name}", value) for name, value in section.data.items()}
+    section.allowed += list(names)
+    section.finish()
+    return names
+
+
 def parse(path: Path) -> SuiteConfig:
     doc = read_document(path)
     top = Section(doc, "", "the end-to-end suite configuration")
@@ -161,14 +173,13 @@ def parse(path: Path) -> SuiteConfig:
                 raise doc.error(f"suites.{name}.{i}.id", f"duplicate case id {case_id!r}")
     suites_section.allowed += list(suites)
     suites_section.finish()
-    tiny = top.get("tiny_models", lambda d, p, v: Section(d, p, "tiny models by name"), None)
-    tiny_models = {}
-    if tiny is not None:
-        tiny_models = {name: one_of(FAMILIES)(doc, f"tiny_models.{name}", family) for name, family in tiny.data.items()}
-        tiny.allowed += list(tiny_models)
-        tiny.finish()
+    tiny_models = _names(top, "tiny_models", "tiny models by name", one_of(FAMILIES))
+    heads = _names(top, "tiny_eagle3_heads", "tiny EAGLE-3 heads by name", one_of(tuple(tiny_models)))
+    for name in heads:
+        if name in tiny_models:
+            raise doc.error(f"tiny_eagle3_heads.{name}", "expected a name not used in tiny_models")
     top.finish()
-    return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models)
+    return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models, heads)
 
 
 @lru_cache(maxsize=None)

@@ -41,10 +41,10 @@ class CaseRuns:
         if reason:
             pytest.skip(reason)
         if config.tiny_models:  # random-weight stand-ins, written here, named in the config instead of hub ids
-            from tests.spec_decode.e2e.tiny_models import write_weights
+            from tests.spec_decode.e2e.tiny_models import write_tiny_models
 
-            config = config.with_models({name: str(write_weights(tiny_model_root / name, family))
-                                         for name, family in config.tiny_models.items()})
+            config = config.with_models(write_tiny_models(tiny_model_root, config.tiny_models,
+                                                          config.tiny_eagle3_heads, weights=True))
         self.config = config
         self._runs: dict[tuple[str, bool], Run] = {}
 
@@ -101,16 +101,10 @@ def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None
 
 class SuiteTests:
     """The e2e tests of one suite; a module subclasses it with ``suite = "<name>"`` and gets one test per
-    check and case (``case`` is parametrized from spec_decode_e2e.yaml by the e2e conftest)."""
+    check and case (``case`` is parametrized from spec_decode_e2e.yaml, ``runs`` built, by the e2e conftest)."""
 
     suite: str
     pytestmark = [pytest.mark.e2e]
-
-    @pytest.fixture(scope="class")
-    def runs(self, tmp_path_factory):
-        from tests.spec_decode.e2e import cases
-
-        return CaseRuns(cases.load(), tmp_path_factory.mktemp("tiny-models"))
 
     def test_greedy_output_matches_target(self, runs, case, record_property):
         check_greedy_output(runs, case, record_property)

@@ -84,9 +84,9 @@ def test_smoke_engine_config(tmp_path, case):
     """The GPU smoke's cases too, with its tiny models as local directories (configs only)."""
     from vllm.engine.arg_utils import EngineArgs
 
-    from tests.spec_decode.e2e.tiny_models import write_target
+    from tests.spec_decode.e2e.tiny_models import write_tiny_models
 
-    config = SMOKE.with_models({n: str(write_target(tmp_path / n, f)) for n, f in SMOKE.tiny_models.items()})
+    config = SMOKE.with_models(write_tiny_models(tmp_path, SMOKE.tiny_models, SMOKE.tiny_eagle3_heads, weights=False))
     case = next(c for c in config.cases(case.suite) if c.id == case.id)
     with emulated_platform():
         engine = EngineArgs(**cases.engine_kwargs(config, case, speculative=True)).create_engine_config()

@@ -35,3 +35,27 @@ def test_greedy_survives_bf16(tmp_path, name, family):
     steps = SMOKE.max_tokens
     assert greedy(model_dir, torch.float32, token_prompts, steps) == greedy(model_dir, torch.bfloat16,
                                                                               token_prompts, steps)
+
+
+@pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_eagle3_heads.items()))
+def test_eagle3_head_first_proposal_is_two_tokens_on(tmp_path, head, target):
+    """The head's first proposal, read off its weights (fc keeps the layer-0 aux state, the target's embedding of
+    token t; the damped layer left out), is the target's greedy token at t+2 in the target's own run."""
+    import torch
+    from safetensors.torch import load_file
+
+    from tests.spec_decode.e2e.tiny_models import EAGLE3_AUX_LAYERS, write_eagle3_weights
+
+    assert EAGLE3_AUX_LAYERS[0] == 0, "the first aux state must be the target's input embedding"
+    target_dir = write_weights(tmp_path / target, SMOKE.tiny_models[target])
+    head_weights = load_file(str(write_eagle3_weights(tmp_path / head, target_dir) / "model.safetensors"))
+    embed = load_file(str(target_dir / "model.safetensors"))["model.embed_tokens.weight"].float()
+    hidden = embed.shape[1]
+    state = embed @ head_weights["fc.weight"].float()[:, :hidden].T  # fc(aux) with aux = (embed[t], 0, 0)
+    proposal = (state @ head_weights["lm_head.weight"].float().T).argmax(-1)  # token id -> first proposal
+    token_prompts = [p["prompt_token_ids"] for p in prompts(SMOKE)]
+    runs = [ids + out for ids, out in zip(token_prompts, greedy(target_dir, torch.bfloat16, token_prompts,
+                                                                  SMOKE.max_tokens))]
+    pairs = [(seq[t], seq[t + 2]) for ids, seq in zip(token_prompts, runs) for t in range(len(ids) - 1, len(seq) - 2)]
+    right = sum(int(proposal[a]) == b for a, b in pairs)
+    assert right == len(pairs), f"first proposal right on {right}/{len(pairs)} steps"

@@ -53,10 +53,15 @@ def write_target(directory: Path, family: str, max_len: int = 4096) -> Path:
     return path
 
 
-def write_eagle3_head(directory: Path, max_len: int = 4096) -> Path:
-    """EAGLE-3 heads (yuhuili, AngelSlim) are one Llama decoder layer reading the target's hidden states."""
+def write_eagle3_head(directory: Path, max_len: int = 4096, aux_layer_ids: list[int] | None = None) -> Path:
+    """EAGLE-3 heads (yuhuili, AngelSlim) are one Llama decoder layer reading the target's hidden states.
+
+    ``aux_layer_ids`` names the target layers whose inputs the head reads (vLLM's default, layers 2, L/2 and
+    L-3, needs a deeper target than the tiny ones)."""
+    extra = {"eagle_aux_hidden_state_layer_ids": aux_layer_ids} if aux_layer_ids else {}
     return _write(directory, {**_base(max_len), "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-                              "num_hidden_layers": 1, "draft_vocab_size": VOCAB, "target_hidden_size": HIDDEN})
+                              "num_hidden_layers": 1, "draft_vocab_size": VOCAB, "target_hidden_size": HIDDEN,
+                              **extra})
 
 
 def write_eagle1_head(directory: Path, max_len: int = 4096) -> Path:
@@ -103,3 +108,76 @@ def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 40
         model.lm_head.weight.copy_(embed[torch.randperm(embed.shape[0])])
     model.to(torch.bfloat16).save_pretrained(directory, safe_serialization=True)
     return directory
+
+
+def lm_head_permutation(target_dir: Path) -> "torch.Tensor":
+    """``perm`` with ``lm_head[v] == embed_tokens[perm[v]]`` in a target written by ``write_weights``: its greedy
+    next token after ``t`` is ``perm.argsort()[t]`` (test_tiny_models measures that it always is)."""
+    import torch
+    from safetensors.torch import load_file
+
+    weights = load_file(str(target_dir / "model.safetensors"))
+    embed, head = weights["model.embed_tokens.weight"], weights["lm_head.weight"]
+    row_of = {row.view(torch.int16).numpy().tobytes(): i for i, row in enumerate(embed)}
+    return torch.tensor([row_of[row.view(torch.int16).numpy().tobytes()] for row in head])
+
+
+EAGLE3_AUX_LAYERS = [0, 1, LAYERS]  # the embeddings first: the head's first proposal reads them
+
+
+def write_eagle3_weights(directory: Path, target_dir: Path, seed: int = 0, max_len: int = 4096) -> Path:
+    """A random-weight EAGLE-3 head for a ``write_weights`` target whose first proposal is usually right.
+
+    vLLM feeds the head ``fc(concat(aux states))`` of the target at position t, plus the token at t+1, and asks
+    for token t+2. Here ``fc`` keeps only the first aux state (the target's input embedding of token t), the
+    decoder layer's output projections are damped as in the target, the head's own LM head is the target's
+    taken two permutation steps ahead, and its embeddings are shared with the target (none in the checkpoint).
+    So the first proposal is the target's choice two tokens on; later proposals of a drafting step start from
+    the head's own state and are mostly rejected. The attention weights are random: the layer still runs on
+    the drafter's KV cache and FlashInfer metadata in every step."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
+    target_head = load_file(str(target_dir / "model.safetensors"))["lm_head.weight"]
+    perm = lm_head_permutation(target_dir)
+    gen = torch.Generator().manual_seed(seed)
+
+    def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen) * 0.02 * scale
+
+    q_out, kv_out, inter = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, 2 * HIDDEN
+    weights = {
+        "midlayer.input_layernorm.weight": torch.ones(HIDDEN),
+        "midlayer.hidden_norm.weight": torch.ones(HIDDEN),
+        "midlayer.post_attention_layernorm.weight": torch.ones(HIDDEN),
+        # q, k, v read concat(embedding, hidden state): twice the hidden size
+        "midlayer.self_attn.q_proj.weight": normal(q_out, 2 * HIDDEN),
+        "midlayer.self_attn.k_proj.weight": normal(kv_out, 2 * HIDDEN),
+        "midlayer.self_attn.v_proj.weight": normal(kv_out, 2 * HIDDEN),
+        "midlayer.self_attn.o_proj.weight": normal(HIDDEN, q_out, scale=0.1),
+        "midlayer.mlp.gate_proj.weight": normal(inter, HIDDEN),
+        "midlayer.mlp.up_proj.weight": normal(inter, HIDDEN),
+        "midlayer.mlp.down_proj.weight": normal(HIDDEN, inter, scale=0.1),
+        "fc.weight": torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, 2 * HIDDEN)], dim=1),
+        "norm.weight": torch.ones(HIDDEN),
+        # row v must score highest on embed[t] where v is two steps on from t: perm[perm[v]] == t
+        "lm_head.weight": target_head.float()[perm],
+    }
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
+              str(directory / "model.safetensors"))
+    return directory
+
+
+def write_tiny_models(root: Path, targets: dict[str, str], eagle3_heads: dict[str, str],
+                      weights: bool) -> dict[str, str]:
+    """Writes a suite configuration's tiny models under ``root``: name -> directory.
+
+    ``targets`` maps a name to a family, ``eagle3_heads`` a head's name to its target's name. Without
+    ``weights`` only the configs are written (vLLM's engine configuration never reads weights)."""
+    written = {name: write_weights(root / name, family) if weights else write_target(root / name, family)
+               for name, family in targets.items()}
+    for name, target in eagle3_heads.items():
+        written[name] = (write_eagle3_weights(root / name, written[target]) if weights
+                         else write_eagle3_head(root / name, aux_layer_ids=EAGLE3_AUX_LAYERS))
+    return {name: str(path) for name, path in written.items()}
