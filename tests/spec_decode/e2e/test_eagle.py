@@ -1,4 +1,5 @@
-"""Eagle (EAGLE-1 and EAGLE-3 heads) through vLLM's LLM on B200: greedy output, acceptance, mixed batches, no host sync in build().
+"""Eagle (EAGLE-1 and EAGLE-3 heads) through vLLM's LLM on B200 (tiny EAGLE-3 head in the GPU smoke): greedy output,
+acceptance, mixed batches, no host sync in build().
 
 Cases come from spec_decode_e2e.yaml (suite `eagle`); the checks are shared (checks.SuiteTests)."""
 
