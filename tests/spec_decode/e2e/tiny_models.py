@@ -110,13 +110,12 @@ def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 40
     return directory
 
 
-def lm_head_permutation(target_dir: Path) -> "torch.Tensor":
-    """``perm`` with ``lm_head[v] == embed_tokens[perm[v]]`` in a target written by ``write_weights``: its greedy
-    next token after ``t`` is ``perm.argsort()[t]`` (test_tiny_models measures that it always is)."""
+def lm_head_permutation(weights: dict[str, "torch.Tensor"]) -> "torch.Tensor":
+    """``perm`` with ``lm_head[v] == embed_tokens[perm[v]]`` in a target's weights from ``write_weights``: its
+    greedy next token after ``t`` is meant to be ``perm.argsort()[t]`` (test_tiny_models checks the two-step
+    consequence the EAGLE-3 head relies on)."""
     import torch
-    from safetensors.torch import load_file
 
-    weights = load_file(str(target_dir / "model.safetensors"))
     embed, head = weights["model.embed_tokens.weight"], weights["lm_head.weight"]
     row_of = {row.view(torch.int16).numpy().tobytes(): i for i, row in enumerate(embed)}
     return torch.tensor([row_of[row.view(torch.int16).numpy().tobytes()] for row in head])
@@ -139,8 +138,8 @@ def write_eagle3_weights(directory: Path, target_dir: Path, seed: int = 0, max_l
     from safetensors.torch import load_file, save_file
 
     write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
-    target_head = load_file(str(target_dir / "model.safetensors"))["lm_head.weight"]
-    perm = lm_head_permutation(target_dir)
+    target = load_file(str(target_dir / "model.safetensors"))
+    target_head, perm = target["lm_head.weight"], lm_head_permutation(target)
     gen = torch.Generator().manual_seed(seed)
 
     def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
