@@ -28,7 +28,7 @@ def tier_wall_time() -> float:
 
 
 def random_batch(rng: random.Random, page: int, k: int):
-    from tests.spec_decode.batch_factory import make_batch
+    from spec_decode_ci.flashinfer.batches import make_batch
 
     n = rng.randint(1, 64)
     decodes = rng.randint(0, n)
@@ -39,10 +39,10 @@ def random_batch(rng: random.Random, page: int, k: int):
 
 def main() -> None:
     t0 = time.perf_counter()
-    from tests.spec_decode.batch_factory import spec_decode_batch
-    from tests.spec_decode.build_harness import BuildHarness
-    from tests.spec_decode.emulated_platform import EmulatedGpu
-    from tests.spec_decode.sync_sentinel import HostSyncSentinel
+    from spec_decode_ci.flashinfer.batches import spec_decode_batch
+    from spec_decode_ci.flashinfer.harness import BuildHarness
+    from spec_decode_ci.emulation import EmulatedGpu
+    from spec_decode_ci.sync import HostSyncSentinel
 
     harness = BuildHarness()
     print(f"vLLM import + real builder construction: {time.perf_counter() - t0:6.1f} s")

@@ -2,6 +2,7 @@
 
 Exit status: 0 ok, 1 the committed output drifted (``--check``), 2 bad input. The pipeline is
 load -> model -> expand -> render -> validate -> write; only the two ends touch the file system.
+``generate-pipeline import PATH`` turns an existing test-area file into a matrix.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from generator.errors import InputError
+from spec_decode_ci.generator.errors import InputError
 
 MATRIX_NAME = "hardware_matrix.yaml"
 TEST_AREA_OUTPUT = Path(".buildkite") / "test_areas" / "spec_decode.yaml"
@@ -29,14 +30,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vLLM test-area file (default) or a native pipeline for `buildkite-agent pipeline upload`")
     p.add_argument("--output", help=f"file to write, '-' for stdout (default: {TEST_AREA_OUTPUT} for test-area, "
                                     "stdout for buildkite)")
-    p.add_argument("--matrix", help=f"hardware matrix (default: {MATRIX_NAME} in the repo root)")
+    p.add_argument("--matrix", help=f"hardware matrix (default: {MATRIX_NAME} in the current directory or a parent)")
     p.add_argument("--nightly", action="store_true",
-                   help="generate for a nightly build: no block gates (also when NIGHTLY=1)")
-    p.add_argument("--on-demand", action="store_true", help="no block gates: run the selected steps now")
+                   help="native pipeline for a nightly build: no block gates (also when NIGHTLY=1)")
+    p.add_argument("--on-demand", action="store_true", help="native pipeline without block gates: run the steps now")
     p.add_argument("--only", action="append", default=[], metavar="KEY", help="just this step (repeatable)")
-    p.add_argument("--list", action="store_true", help="print the steps as a table and exit")
+    p.add_argument("--list", action="store_true",
+                   help="print each step (key, device, queue, optional, timeout, label) and its commands, then exit")
     p.add_argument("--check", action="store_true",
                    help="compare with the committed output; print a diff and exit 1 on drift; never writes")
+    return p
+
+
+def build_import_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="generate-pipeline import",
+                description="Read a vLLM test-area file and write a hardware matrix that regenerates it.")
+    p.add_argument("path", help="a test-area file, e.g. vLLM's .buildkite/test_areas/spec_decode.yaml")
+    p.add_argument("--output", default="-", help="matrix file to write (default: stdout)")
     return p
 
 
@@ -48,16 +58,34 @@ def find_repo_root(start: Path) -> Path | None:
 
 
 def format_table(steps) -> str:
-    rows = [("KEY", "LABEL", "DEVICE", "QUEUE", "SCHEDULE", "OPTIONAL", "TIMEOUT")]
-    rows += [(s.key, s.label, s.device.name, s.device.queue, s.suite.schedule,
-              "yes" if s.suite.optional else "no", f"{s.suite.timeout_in_minutes}m") for s in steps]
+    rows = [("KEY", "DEVICE", "QUEUE", "OPTIONAL", "TIMEOUT", "LABEL")]
+    rows += [(s.key or "-", s.device.test_area_device if s.device else "-", s.queue, "yes" if s.optional else "no",
+              f"{s.timeout_in_minutes}m" if s.timeout_in_minutes else "-", s.label) for s in steps]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
+    lines = ["  ".join(c.ljust(w) for c, w in zip(rows[0], widths)).rstrip() + "\n"]
+    for step, row in zip(steps, rows[1:]):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
+        lines += [f"    $ {command}\n" for command in step.commands]
+    return "".join(lines)
+
+
+def check_combinations(args: argparse.Namespace) -> None:
+    """Refuse flags that would be accepted and do nothing."""
+    if args.format == "test-area" and (args.nightly or args.on_demand):
+        flag = "--nightly" if args.nightly else "--on-demand"
+        raise InputError("command line", f"{flag} only changes the native pipeline; add --format buildkite")
+    if args.list and (args.check or args.output):
+        raise InputError("command line", f"--list prints and exits; it takes no {'--check' if args.check else '--output'}")
+    if args.check and args.output == "-":
+        raise InputError("--output", "--check compares with a file; '-' (stdout) has nothing committed")
+    if args.check and args.output is None and args.format == "buildkite":
+        raise InputError("command line", "--check needs --output FILE with --format buildkite (it writes to stdout)")
 
 
 def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
-    from generator import expand, load, model, render, validate, write
+    from spec_decode_ci.generator import expand, load, model, render, validate, write
 
+    check_combinations(args)
     root = find_repo_root(Path.cwd())
     if args.matrix:
         matrix_path = Path(args.matrix)
@@ -71,24 +99,22 @@ def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
         output = str((root or matrix_path.parent) / TEST_AREA_OUTPUT)
     else:
         output = "-"
-    if args.check and output == "-":
-        raise InputError("--output", "--check compares with a file; '-' (stdout) has nothing committed")
 
     doc = load.read_document(matrix_path)
     matrix = model.parse_matrix(doc)
-    steps = expand.select(expand.expand(matrix, doc.error), args.only,
+    steps = expand.select(expand.expand(matrix, doc.error, args.format), args.only,
                           lambda path, msg: InputError("command line", msg, path=path))
     if args.list:
         sys.stdout.write(format_table(steps))
         return EXIT_OK
 
     nightly = args.nightly or environ.get("NIGHTLY") == "1"
-    options = render.RenderOptions(args.format, gated=not (nightly or args.on_demand), matrix_name=matrix_path.name)
-    text = render.render_text(matrix, steps, options)
-    expected = render.output_dict(matrix, steps, options)
+    options = render.RenderOptions(args.format, gated=not (nightly or args.on_demand))
+    data = render.output_data(matrix, steps, options)
+    text = render.render_text(data, options)
     if args.format == "test-area":
-        validate.check_test_area_keys(expected, output)
-    validate.check_round_trip(text, expected, output)
+        validate.check_test_area_keys(data, output)
+    validate.check_round_trip(text, data, output)
 
     if args.check:
         diff = write.drift(output, text)
@@ -101,15 +127,27 @@ def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
     return EXIT_OK
 
 
+def run_import(args: argparse.Namespace) -> int:
+    from spec_decode_ci.generator import importer, load, write
+
+    text = importer.import_test_area(load.read_document(Path(args.path)))
+    write.emit(args.output, text)
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    importing = bool(argv) and argv[0] == "import"
+    args = (build_import_parser() if importing else build_parser()).parse_args(argv[1:] if importing else argv)
     try:
+        if importing:
+            return run_import(args)
         return run(args, dict(os.environ) if environ is None else environ)
     except InputError as exc:
         sys.stderr.write(f"generate-pipeline: {exc}\n")
         return EXIT_BAD_INPUT
     except RecursionError:
-        target = args.matrix or MATRIX_NAME
+        target = getattr(args, "matrix", None) or getattr(args, "path", None) or MATRIX_NAME
         sys.stderr.write(f"generate-pipeline: {target}: expected a shallow document, nesting is too deep\n")
         return EXIT_BAD_INPUT
 

@@ -1,36 +1,67 @@
-"""Stage 3, expand: suites × devices -> one ``Step`` per CI job, with Buildkite's key rules enforced."""
+"""Stage 3, expand: the matrix's test-area steps, plus suites × devices, -> one ``Step`` per CI job.
+
+A ``Step`` carries its fields in test-area terms (what ci-infra reads); ``render`` turns them into either
+output format. Buildkite's key rules and key uniqueness across both kinds of step are enforced here.
+"""
 
 from __future__ import annotations
 
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from generator.errors import InputError
-from generator.model import Device, Matrix, Suite
+from spec_decode_ci.generator.errors import InputError
+from spec_decode_ci.generator.model import AreaStep, Device, Matrix, Suite
 
 # Buildkite's pipeline schema: keys match this, are at most 100 characters and must not look like a UUID.
 BUILDKITE_KEY_RE = re.compile(r"^[a-zA-Z0-9_\-:${}.,]+$")
 BUILDKITE_KEY_MAX = 100
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 BLOCK_PREFIX = "block-"
+PLUGIN = "spec_decode_ci.pytest_plugin"
+# Which matrix device a suite step runs on and what it offers (read by spec_decode_ci.capabilities).
+DEVICE_ENV, CAPABILITIES_ENV = "SPEC_DECODE_CI_DEVICE", "SPEC_DECODE_CI_CAPABILITIES"
 
 Locate = Callable[[str, str], InputError]
 
 
 @dataclass(frozen=True)
 class Step:
-    suite: Suite
-    device: Device
-    key: str
+    """One CI job. ``fields`` are test-area keys in output order, device names resolved to device strings."""
+
+    key: str | None
     label: str
-    junit_path: str
-    pytest_command: str
+    device: Device | None
+    fields: tuple[tuple[str, Any], ...]
+    suite: Suite | None = None  # None for a test-area step written in the matrix
+    junit_path: str | None = None
+    run_command: str | None = None  # the pytest command of a suite step
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return dict(self.fields).get(key, default)
+
+    @property
+    def optional(self) -> bool:
+        return bool(self.get("optional", False))
+
+    @property
+    def timeout_in_minutes(self) -> int | None:
+        return self.get("timeout_in_minutes")
+
+    @property
+    def queue(self) -> str:
+        from spec_decode_ci.generator.routing import queue_for
+
+        return queue_for(self.device.test_area_device if self.device else None, self.get("num_devices"))
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        return tuple(self.get("commands", ()))
 
     @property
     def block_key(self) -> str:
-        return BLOCK_PREFIX + self.key
+        return BLOCK_PREFIX + (self.key or "")
 
     @property
     def block_label(self) -> str:
@@ -48,11 +79,16 @@ def step_label(suite: Suite, device: Device) -> str:
 
 
 def pytest_command(suite: Suite, junit_path: str) -> str:
-    args = ["python", "-m", "pytest", "-v", "-rs"]
+    args = ["python", "-m", "pytest", "-p", PLUGIN, "-v", "-rs"]
     if suite.markers:
         args += ["-m", suite.markers]
-    args += [*suite.tests, f"--junitxml={junit_path}"]
+    args += ["--pyargs", *suite.tests, f"--junitxml={junit_path}"]
     return shlex.join(args)
+
+
+def upload_after(command: str, path: str) -> str:
+    """Run ``command``, upload ``path`` whatever its outcome, and keep its exit status ($$ survives upload)."""
+    return f"{command}; status=$$?; buildkite-agent artifact upload {shlex.quote(path)}; exit $$status"
 
 
 def buildkite_key_problem(key: str) -> str | None:
@@ -66,34 +102,84 @@ def buildkite_key_problem(key: str) -> str | None:
     return None
 
 
-def expand(matrix: Matrix, locate: Locate) -> list[Step]:
-    """All steps of the matrix, sorted by label then key as ci-infra sorts a group."""
+def _resolve_devices(fields: tuple[tuple[str, Any], ...], matrix: Matrix) -> tuple[tuple[str, Any], ...]:
+    out = []
+    for name, value in fields:
+        if name == "device":
+            value = matrix.devices[value].test_area_device
+        elif name == "mirror":
+            value = tuple((vendor, _resolve_devices(body, matrix)) for vendor, body in value)
+        out.append((name, value))
+    return tuple(out)
+
+
+def area_step(matrix: Matrix, step: AreaStep) -> Step:
+    device = matrix.devices[step.get("device")] if step.get("device") else None
+    return Step(step.key, step.label, device, _resolve_devices(step.fields, matrix))
+
+
+def suite_step(matrix: Matrix, suite: Suite, device: Device) -> Step:
+    key = step_key(suite, device)
+    junit_path = f"{matrix.junit_dir}/{key}.xml"
+    run = pytest_command(suite, junit_path)
+    fields: list[tuple[str, Any]] = [("label", step_label(suite, device)), ("key", key),
+                                     ("device", device.test_area_device), ("num_devices", suite.num_devices),
+                                     ("timeout_in_minutes", suite.timeout_in_minutes)]
+    if suite.optional:
+        fields.append(("optional", True))
+    if suite.soft_fail:
+        fields.append(("soft_fail", True))
+    if device.depends_on is not None:
+        fields.append(("depends_on", device.depends_on))
+    fields.append(("mount_buildkite_agent", True))
+    fields.append(("source_file_dependencies", suite.source_file_dependencies))
+    machine = ((DEVICE_ENV, device.name), (CAPABILITIES_ENV, ",".join(device.capabilities)))
+    fields.append(("env", (*machine, *suite.env)))
+    install = []
+    if suite.vllm:
+        install.append(shlex.join(["python", "-m", "pip", "install", "--quiet", f"vllm=={suite.vllm}"]))
+    if matrix.harness_requirement:
+        install.append(shlex.join(["python", "-m", "pip", "install", "--quiet", matrix.harness_requirement]))
+    fields.append(("commands", (*install, upload_after(run, junit_path))))
+    return Step(key, fields[0][1], device, tuple(fields), suite, junit_path, run)
+
+
+def expand(matrix: Matrix, locate: Locate, pipeline: str = "test-area") -> list[Step]:
+    """The steps of ``pipeline``: the matrix's test-area steps in order (test area only), then its suites'
+    steps sorted by label then key as ci-infra sorts a group."""
     steps: list[Step] = []
     seen: dict[str, str] = {}
+
+    def claim(key: str | None, where: str, owner: str) -> None:
+        if key is None:
+            return
+        for candidate in (key, BLOCK_PREFIX + key):
+            problem = buildkite_key_problem(candidate)
+            if problem:
+                raise locate(where, f"expected a key Buildkite accepts: {problem}")
+        if key in seen:
+            raise locate(where, f"duplicate step key {key!r} (also used by {seen[key]}): give ours a key of its own")
+        seen[key] = owner
+
+    for step in matrix.steps:
+        claim(step.key, f"steps.{step.index}.key", f"step {step.index + 1}")
+        if pipeline == "test-area":
+            steps.append(area_step(matrix, step))
+    suite_steps = []
     for suite in matrix.suites.values():
-        where = f"suites.{suite.name}.key"
         for device_name in suite.devices:
-            device = matrix.devices[device_name]
-            key = step_key(suite, device)
-            for candidate in (key, BLOCK_PREFIX + key):
-                problem = buildkite_key_problem(candidate)
-                if problem:
-                    raise locate(where, f"expected a key Buildkite accepts: {problem}")
-            if key in seen:
-                raise locate(where, f"duplicate step key {key!r} (also made by suite '{seen[key]}')")
-            seen[key] = suite.name
-            junit_path = f"{matrix.junit_dir}/{key}.xml"
-            steps.append(
-                Step(suite, device, key, step_label(suite, device), junit_path, pytest_command(suite, junit_path))
-            )
-    return sorted(steps, key=lambda s: (s.label, s.key))
+            step = suite_step(matrix, suite, matrix.devices[device_name])
+            claim(step.key, f"suites.{suite.name}.key", f"suite '{suite.name}'")
+            if pipeline in suite.pipelines:
+                suite_steps.append(step)
+    return steps + sorted(suite_steps, key=lambda s: (s.label, s.key))
 
 
 def select(steps: list[Step], only: list[str], locate: Locate) -> list[Step]:
     """Just the steps named by ``--only``, in pipeline order; an unknown key is bad input."""
     if not only:
         return steps
-    known = {s.key for s in steps}
+    known = {s.key for s in steps if s.key}
     for key in only:
         if key not in known:
             raise locate("--only", f"unknown step key {key!r} (expected one of: {', '.join(sorted(known))})")

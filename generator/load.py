@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from generator.errors import InputError
+from spec_decode_ci.generator.errors import InputError
 
 Location = tuple[int, int]  # 1-based line, column
 

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from generator.errors import InputError
+from spec_decode_ci.generator.errors import InputError
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -14,16 +14,30 @@ def write_atomic(path: Path, text: str) -> None:
     import tempfile  # write-only path; keeps `--check` start-up lean
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = output_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()
+            os.fchmod(handle.fileno(), mode)  # mkstemp makes 0600; a generated file is as readable as any other
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def output_mode(path: Path) -> int:
+    """The existing file's permission bits, or what the umask gives a new file."""
+    import stat
+
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def emit(path: str, text: str) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.cli import main
+from spec_decode_ci.generator.cli import main
 
 DATA = Path(__file__).parent / "data"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from generator.errors import InputError
-from generator.expand import buildkite_key_problem, expand, select
-from generator.load import parse_text
-from generator.model import parse_matrix
+from spec_decode_ci.generator.errors import InputError
+from spec_decode_ci.generator.expand import buildkite_key_problem, expand, select
+from spec_decode_ci.generator.load import parse_text
+from spec_decode_ci.generator.model import parse_matrix
 
 
 def steps_of(text: str):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from generator.errors import InputError
-from generator.load import parse_text, read_document
+from spec_decode_ci.generator.errors import InputError
+from spec_decode_ci.generator.load import parse_text, read_document
 
 
 def test_positions_are_recorded_for_nested_values():

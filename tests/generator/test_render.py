@@ -9,11 +9,11 @@ import jsonschema
 import pytest
 import yaml
 
-from generator.expand import expand
-from generator.load import parse_text
-from generator.model import parse_matrix
-from generator.render import RenderOptions, escape_interpolation, output_dict, render_text
-from generator.validate import CI_INFRA_STEP_KEYS, check_round_trip
+from spec_decode_ci.generator.expand import expand
+from spec_decode_ci.generator.load import parse_text
+from spec_decode_ci.generator.model import parse_matrix
+from spec_decode_ci.generator.render import RenderOptions, escape_interpolation, output_dict, render_text
+from spec_decode_ci.generator.validate import CI_INFRA_STEP_KEYS, check_round_trip
 from tests.generator import conftest
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -155,7 +155,7 @@ def test_test_area_shape(repo_matrix_text):
 
 
 def test_round_trip_check_catches_a_template_slip(tricky_matrix):
-    from generator.errors import InputError
+    from spec_decode_ci.generator.errors import InputError
 
     text, expected, _ = build(tricky_matrix.read_text(encoding="utf-8"), "test-area")
     broken = text.replace("timeout_in_minutes: 60", "timeout_in_minutes: 61")

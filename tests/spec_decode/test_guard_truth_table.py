@@ -10,9 +10,9 @@ import itertools
 
 import pytest
 
-from tests.spec_decode.batch_factory import spec_decode_batch
-from tests.spec_decode.emulated_platform import EmulatedGpu
-from tests.spec_decode.sync_sentinel import HostSyncSentinel
+from spec_decode_ci.flashinfer.batches import spec_decode_batch
+from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.sync import HostSyncSentinel
 
 pytestmark = pytest.mark.build_path
 

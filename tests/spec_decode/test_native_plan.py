@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.spec_decode import reference
-from tests.spec_decode.batch_factory import make_batch, spec_decode_batch
-from tests.spec_decode.builder_factory import BuilderOptions
-from tests.spec_decode.emulated_platform import EmulatedGpu
-from tests.spec_decode.metadata_view import planned_paged_kv
+from spec_decode_ci.flashinfer import reference
+from spec_decode_ci.flashinfer.batches import make_batch, spec_decode_batch
+from spec_decode_ci.flashinfer.builder import BuilderOptions
+from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.flashinfer.metadata_view import planned_paged_kv
 
 pytestmark = pytest.mark.build_path
 

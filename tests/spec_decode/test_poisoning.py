@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.spec_decode import metadata_view, reference
-from tests.spec_decode.batch_factory import spec_decode_batch
-from tests.spec_decode.build_harness import persistent_buffers, poison
-from tests.spec_decode.emulated_platform import EmulatedGpu
+from spec_decode_ci.flashinfer import metadata_view, reference
+from spec_decode_ci.flashinfer.batches import spec_decode_batch
+from spec_decode_ci.flashinfer.harness import persistent_buffers, poison
+from spec_decode_ci.emulation import EmulatedGpu
 
 pytestmark = pytest.mark.build_path
 

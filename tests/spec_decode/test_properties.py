@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.spec_decode import metadata_view, reference
-from tests.spec_decode.batch_factory import make_batch
-from tests.spec_decode.build_harness import poison
-from tests.spec_decode.builder_factory import BuilderOptions
-from tests.spec_decode.sync_sentinel import HostSyncSentinel
+from spec_decode_ci.flashinfer import metadata_view, reference
+from spec_decode_ci.flashinfer.batches import make_batch
+from spec_decode_ci.flashinfer.harness import poison
+from spec_decode_ci.flashinfer.builder import BuilderOptions
+from spec_decode_ci.sync import HostSyncSentinel
 
 pytestmark = pytest.mark.build_path
 

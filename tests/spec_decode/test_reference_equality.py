@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.spec_decode import metadata_view, reference
-from tests.spec_decode.batch_factory import make_batch, spec_decode_batch
-from tests.spec_decode.builder_factory import BuilderOptions
+from spec_decode_ci.flashinfer import metadata_view, reference
+from spec_decode_ci.flashinfer.batches import make_batch, spec_decode_batch
+from spec_decode_ci.flashinfer.builder import BuilderOptions
 
 pytestmark = pytest.mark.build_path
 

@@ -1,4 +1,4 @@
-"""Test 6: the tier catches the bugs it exists for. Re-apply each of PR #39546's regressions to a copy of
+"""The tier catches the bugs it exists for: re-apply each of PR #39546's regressions to a copy of
 vLLM's module, run the build-path tier against it, and require red; the unchanged copy must stay green."""
 
 from __future__ import annotations
@@ -7,16 +7,14 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.spec_decode.regressions import ENV, REGRESSIONS, patched_backend
+from spec_decode_ci.flashinfer.regressions import ENV, REGRESSIONS, patched_backend
 
 pytestmark = pytest.mark.selfcheck
-ROOT = Path(__file__).resolve().parents[2]
-TIER = ["tests/spec_decode/test_guard_truth_table.py", "tests/spec_decode/test_reference_equality.py",
-        "tests/spec_decode/test_poisoning.py", "tests/spec_decode/test_properties.py"]
+TIER = [f"spec_decode_ci.suites.{module}" for module in
+        ("test_guard_truth_table", "test_reference_equality", "test_poisoning", "test_properties")]
 
 # What must go red under each regression (a subset of what does).
 MUST_FAIL = {
@@ -30,7 +28,8 @@ MUST_FAIL = {
 def run_tier(regression: str) -> tuple[int, set[str], str]:
     env = {**os.environ, ENV: regression}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings",
-                           "-m", "build_path", *TIER], cwd=ROOT, env=env, capture_output=True, text=True)
+                           "-p", "spec_decode_ci.pytest_plugin", "-m", "build_path", "--pyargs", *TIER],
+                          env=env, capture_output=True, text=True)
     failed = set(re.findall(r"^FAILED \S+::(\S+)", proc.stdout, re.M))
     return proc.returncode, failed, proc.stdout[-3000:]
 

@@ -12,8 +12,8 @@ import sys
 import pytest
 import torch
 
-from tests.spec_decode.sentinel_corpus import CORPUS, Snippet, inputs
-from tests.spec_decode.sync_sentinel import CUDA_SYNC_WARNING, HostSyncSentinel
+from spec_decode_ci.sync_corpus import CORPUS, Snippet, inputs
+from spec_decode_ci.sync import CUDA_SYNC_WARNING, HostSyncSentinel
 
 pytestmark = pytest.mark.sentinel
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from generator.errors import InputError
-from tests.spec_decode.e2e import cases
+from spec_decode_ci.generator.errors import InputError
+from spec_decode_ci.e2e import cases
 
 pytestmark = pytest.mark.e2e_offline
 

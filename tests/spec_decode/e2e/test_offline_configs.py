@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.spec_decode.e2e import cases, fake_hub
-from tests.spec_decode.emulated_platform import emulated_platform
+from spec_decode_ci.e2e import cases, fake_hub
+from spec_decode_ci.emulation import emulated_platform
 
 pytestmark = pytest.mark.e2e_offline
 
@@ -84,7 +84,7 @@ def test_smoke_engine_config(tmp_path, case):
     """The GPU smoke's cases too, with its tiny models as local directories (configs only)."""
     from vllm.engine.arg_utils import EngineArgs
 
-    from tests.spec_decode.e2e.tiny_models import write_tiny_models
+    from spec_decode_ci.e2e.tiny_models import write_tiny_models
 
     config = SMOKE.with_models(write_tiny_models(tmp_path, SMOKE.tiny_models, SMOKE.tiny_eagle3_heads, weights=False))
     case = next(c for c in config.cases(case.suite) if c.id == case.id)

@@ -10,21 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from generator.expand import expand
-from generator.load import read_document
-from generator.model import parse_matrix
-from tests.spec_decode.e2e import cases
+from spec_decode_ci.generator.expand import expand
+from spec_decode_ci.generator.load import read_document
+from spec_decode_ci.generator.model import parse_matrix
+from spec_decode_ci.e2e import cases
 
 pytestmark = pytest.mark.e2e_offline
 ROOT = Path(__file__).resolve().parents[3]
 E2E_SUITES = ("eagle", "speculators_mtp", "draft_model")  # the B200 nightly suites
-E2E_DIR = "tests/spec_decode/e2e/"
+E2E_PACKAGE = "spec_decode_ci.suites.e2e."
 TESTS_PER_CASE = ("test_greedy_output_matches_target", "test_acceptance", "test_mixed_batches_without_host_sync")
 
 
 def generated_steps():
     doc = read_document(ROOT / "hardware_matrix.yaml")
-    return [s for s in expand(parse_matrix(doc), doc.error) if all(t.startswith(E2E_DIR) for t in s.suite.tests)]
+    return [s for s in expand(parse_matrix(doc), doc.error)
+            if s.suite and all(t.startswith(E2E_PACKAGE) for t in s.suite.tests)]
 
 
 def collect(command: str, env: dict[str, str]) -> set[str]:
@@ -49,8 +50,9 @@ def test_each_e2e_suite_has_a_b200_nightly_step():
 def test_step_collects_its_suite(step):
     """Every case of the suite behind each of the step's test files, under the step's own env, and nothing else."""
     env = dict(step.suite.env)
-    config = cases.load(str(ROOT / env["SPEC_DECODE_E2E_CONFIG"]) if "SPEC_DECODE_E2E_CONFIG" in env else None)
-    expected = {f"{path}::{test}[{case.id}]" for path in step.suite.tests
-                for case in config.cases(Path(path).stem.removeprefix("test_")) for test in TESTS_PER_CASE}
-    collected = {node.split("::", 1)[0] + "::" + node.rsplit("::", 1)[1] for node in collect(step.pytest_command, env)}
+    config = cases.load(env.get(cases.CONFIG_ENV))
+    expected = {f"{module.rsplit('.', 1)[1]}.py::{test}[{case.id}]" for module in step.suite.tests
+                for case in config.cases(module.rsplit(".", 1)[1].removeprefix("test_")) for test in TESTS_PER_CASE}
+    collected = {Path(node.split("::", 1)[0]).name + "::" + node.rsplit("::", 1)[1]
+                 for node in collect(step.run_command, env)}
     assert expected and collected == expected

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.spec_decode.e2e import cases
-from tests.spec_decode.e2e.engine_runner import prompts
-from tests.spec_decode.e2e.tiny_models import write_weights
+from spec_decode_ci.e2e import cases
+from spec_decode_ci.e2e.runner import prompts
+from spec_decode_ci.e2e.tiny_models import write_weights
 
 pytestmark = pytest.mark.e2e_offline
 SMOKE = cases.load(str(cases.SMOKE_CONFIG_PATH))
@@ -44,7 +44,7 @@ def test_eagle3_head_first_proposal_is_two_tokens_on(tmp_path, head, target):
     import torch
     from safetensors.torch import load_file
 
-    from tests.spec_decode.e2e.tiny_models import EAGLE3_AUX_LAYERS, write_eagle3_weights
+    from spec_decode_ci.e2e.tiny_models import EAGLE3_AUX_LAYERS, write_eagle3_weights
 
     assert EAGLE3_AUX_LAYERS[0] == 0, "the first aux state must be the target's input embedding"
     target_dir = write_weights(tmp_path / target, SMOKE.tiny_models[target])

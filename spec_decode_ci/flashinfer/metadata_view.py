@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 
-from tests.spec_decode.batch_factory import Batch
-from tests.spec_decode.build_harness import BuildResult, PlanCall
-from tests.spec_decode.reference import PagedKvRef, TrtllmDecodeRef, TrtllmPrefillRef
+from spec_decode_ci.flashinfer.batches import Batch
+from spec_decode_ci.flashinfer.harness import BuildResult, PlanCall
+from spec_decode_ci.flashinfer.reference import PagedKvRef, TrtllmDecodeRef, TrtllmPrefillRef
 
 
 def as_list(t: Any) -> Any:

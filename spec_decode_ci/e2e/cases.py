@@ -1,4 +1,4 @@
-"""The end-to-end cases, read from spec_decode_e2e.yaml with the generator's located-error readers."""
+"""The end-to-end cases, read from cases.yaml (package data) with the generator's located-error readers."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from generator.load import read_document
-from generator.model import Section, boolean, integer, one_of, text, text_list
-from tests.spec_decode.e2e.tiny_models import FAMILIES
+from spec_decode_ci.generator.load import read_document
+from spec_decode_ci.generator.model import Section, boolean, integer, one_of, text, text_list
+from spec_decode_ci.e2e.tiny_models import FAMILIES
 
-CONFIG_PATH = Path(__file__).resolve().parents[3] / "spec_decode_e2e.yaml"
-SMOKE_CONFIG_PATH = CONFIG_PATH.with_name("spec_decode_e2e.h200_smoke.yaml")  # tiny models, any single GPU
-# Another suite configuration (e.g. tiny random-weight models on a smoke machine), same format.
+CONFIG_PATH = Path(__file__).resolve().parent / "cases.yaml"
+SMOKE_CONFIG_PATH = CONFIG_PATH.with_name("cases.h200_smoke.yaml")  # tiny models, any single GPU
+# Another suite configuration (e.g. tiny random-weight models on a smoke machine), same format: a path, or the
+# name of a configuration shipped beside cases.yaml.
 CONFIG_ENV = "SPEC_DECODE_E2E_CONFIG"
 METHODS = ("eagle", "eagle3", "mtp", "draft_model")
 
@@ -183,8 +184,16 @@ def parse(path: Path) -> SuiteConfig:
 
 
 @lru_cache(maxsize=None)
+def config_path(path: str | None = None) -> Path:
+    named = path or os.environ.get(CONFIG_ENV)
+    if not named:
+        return CONFIG_PATH
+    shipped = CONFIG_PATH.parent / named
+    return Path(named) if Path(named).exists() or not shipped.exists() else shipped
+
+
 def load(path: str | None = None) -> SuiteConfig:
-    return parse(Path(path or os.environ.get(CONFIG_ENV) or CONFIG_PATH))
+    return parse(config_path(path))
 
 
 def drafter_backend_settable() -> bool:

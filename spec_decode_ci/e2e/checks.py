@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.spec_decode.e2e.cases import Case, SuiteConfig
-from tests.spec_decode.e2e.engine_runner import Run, run_case
+from spec_decode_ci.e2e.cases import Case, SuiteConfig
+from spec_decode_ci.e2e.runner import Run, run_case
 
 def missing_weights(case: Case) -> str | None:
     """Why the case's checkpoints cannot be loaded here: not in the local HF cache and no hub to fetch from."""
@@ -35,13 +35,13 @@ class CaseRuns:
     """One baseline engine and one speculative engine per case, each run once per module."""
 
     def __init__(self, config: SuiteConfig, tiny_model_root: Path):
-        from tests.spec_decode import capabilities
+        from spec_decode_ci import capabilities
 
-        reason = capabilities.missing(config.engine.requires, capabilities.detect_device())
+        reason = capabilities.missing(config.engine.requires)
         if reason:
             pytest.skip(reason)
         if config.tiny_models:  # random-weight stand-ins, written here, named in the config instead of hub ids
-            from tests.spec_decode.e2e.tiny_models import write_tiny_models
+            from spec_decode_ci.e2e.tiny_models import write_tiny_models
 
             config = config.with_models(write_tiny_models(tiny_model_root, config.tiny_models,
                                                           config.tiny_eagle3_heads, weights=True))
@@ -101,7 +101,7 @@ def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None
 
 class SuiteTests:
     """The e2e tests of one suite; a module subclasses it with ``suite = "<name>"`` and gets one test per
-    check and case (``case`` is parametrized from spec_decode_e2e.yaml, ``runs`` built, by the e2e conftest)."""
+    check and case (``case`` is parametrized from spec_decode_ci/e2e/cases.yaml, ``runs`` built, by the pytest plugin)."""
 
     suite: str
     pytestmark = [pytest.mark.e2e]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import accumulate
 
-from tests.spec_decode.batch_factory import Batch, cdiv
+from spec_decode_ci.flashinfer.batches import Batch, cdiv
 
 
 @dataclass(frozen=True)

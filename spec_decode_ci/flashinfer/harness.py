@@ -16,12 +16,12 @@ from unittest import mock
 
 import torch
 
-from tests.spec_decode.batch_factory import Batch, DeviceBatch, cdiv, common_attn_metadata
-from tests.spec_decode.builder_factory import (
+from spec_decode_ci.flashinfer.batches import Batch, DeviceBatch, cdiv, common_attn_metadata
+from spec_decode_ci.flashinfer.builder import (
     BuilderOptions, builder_context, builder_device, make_builder, make_vllm_config,
 )
-from tests.spec_decode.emulated_platform import BLACKWELL, EmulatedGpu
-from tests.spec_decode.sync_sentinel import HostSyncSentinel, cuda_sync_warnings, outside_sentinels
+from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu
+from spec_decode_ci.sync import HostSyncSentinel, cuda_sync_warnings, outside_sentinels
 
 
 class CopyPageIndicesOnHost:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 from unittest import mock
 
-from tests.spec_decode.e2e import tiny_models
-from tests.spec_decode.e2e.cases import Case
+from spec_decode_ci.e2e import tiny_models
+from spec_decode_ci.e2e.cases import Case
 
 REVISION = "0" * 40
 

@@ -20,7 +20,7 @@ from unittest import mock
 
 import torch
 
-from tests.spec_decode.emulated_platform import BLACKWELL, EmulatedGpu, emulated_platform
+from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, emulated_platform
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Iterator
 from unittest import mock
 
-from tests.spec_decode.e2e.cases import Case, SuiteConfig, engine_kwargs
-from tests.spec_decode.sync_sentinel import cuda_sync_warnings
+from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
+from spec_decode_ci.sync import cuda_sync_warnings
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Jinja templates of the two output formats of generate-pipeline (package data)."""

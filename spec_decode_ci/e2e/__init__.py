@@ -1,0 +1,1 @@
+"""End-to-end tier: cases, engine runner, checks, tiny models."""

@@ -1,0 +1,1 @@
+"""Harness for FlashInfer metadata builders: factories, reference, poisoning, build harness, regressions."""

@@ -1,0 +1,75 @@
+"""Opt-in pytest plugin of the harness: ``-p spec_decode_ci.pytest_plugin`` or ``pytest_plugins = [...]``.
+
+It registers the suites' markers, skips tests that need vLLM where it is not installed, parametrizes each
+e2e suite class with its cases and provides the shared fixtures.
+Installing the package changes no other project's test run: nothing here loads unless asked for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+MARKERS = {
+    "build_path": "drives vLLM's real FlashInfer metadata builders (CPU with emulated Blackwell, or GPU)",
+    "selfcheck": "re-applies known regressions to vLLM's module and expects the build-path tier to go red",
+    "sentinel": "the host-sync sentinel's verdicts (CPU half) and their agreement with CUDA's sync debug mode",
+    "e2e": "end-to-end spec decode through vLLM's LLM on a GPU (needs weights or the tiny-model config)",
+    "e2e_offline": "builds every e2e engine configuration from tiny local configs, on CPU",
+}
+VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline"}
+
+
+def pytest_configure(config):
+    for name, doc in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+def pytest_collection_modifyitems(config, items):
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    for item in items:
+        if not has_vllm and VLLM_MARKERS & {m.name for m in item.iter_markers()}:
+            item.add_marker(pytest.mark.skip(reason="vLLM is not installed (pip install 'spec-decode-ci[build-path]')"))
+
+
+def pytest_generate_tests(metafunc):
+    """Each e2e suite class (a ``suite`` attribute) runs once per case of that suite."""
+    suite = getattr(metafunc.cls, "suite", None)
+    if suite and "case" in metafunc.fixturenames:
+        from spec_decode_ci.e2e import cases
+
+        suite_cases = cases.load().cases(suite)
+        metafunc.parametrize("case", suite_cases, ids=[c.id for c in suite_cases])
+
+
+@pytest.fixture(scope="class")
+def runs(tmp_path_factory):
+    """The engine runs of an e2e suite class: one baseline and one speculative engine per case."""
+    from spec_decode_ci.e2e import cases
+    from spec_decode_ci.e2e.checks import CaseRuns
+
+    return CaseRuns(cases.load(), tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="session")
+def harness_cache():
+    """One real builder per (options, emulated GPU): building vLLM's config costs a second each."""
+    from spec_decode_ci.emulation import BLACKWELL, UnsupportedEmulation
+    from spec_decode_ci.flashinfer import regressions
+    from spec_decode_ci.flashinfer.builder import BuilderOptions
+    from spec_decode_ci.flashinfer.harness import BuildHarness
+
+    cache: dict = {}
+    module = regressions.requested()  # the self-check runs the tier against a regressed copy of vLLM's module
+
+    def get(options=None, gpu=None) -> BuildHarness:
+        key = (options or BuilderOptions(), gpu or BLACKWELL)
+        if key not in cache:
+            try:
+                cache[key] = BuildHarness(*key, module=module)
+            except UnsupportedEmulation as exc:
+                pytest.skip(str(exc))
+        return cache[key]
+
+    return get
