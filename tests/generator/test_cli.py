@@ -77,42 +77,91 @@ def test_bad_flags_exit_2(cli):
     result = cli("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--only", "no-such-step", "--output", "-")
     assert result.code == 2 and "unknown step key 'no-such-step'" in result.err
     result = cli("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--output", "-", "--check")
-    assert result.code == 2
+    assert result.code == 2 and "'-' (stdout) has nothing committed" in result.err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--nightly",), "--nightly only changes the native pipeline"),
+    (("--on-demand",), "--on-demand only changes the native pipeline"),
+    (("--format", "test-area", "--nightly"), "--nightly only changes the native pipeline"),
+    (("--list", "--check"), "--list prints and exits; it takes no --check"),
+    (("--list", "--output", "x.yaml"), "--list prints and exits; it takes no --output"),
+    (("--format", "buildkite", "--check"), "--check needs --output FILE with --format buildkite"),
+])
+def test_combinations_that_mean_nothing_are_refused(cli, tmp_path, args, fragment):
+    """Flags that would be accepted and do nothing: exit 2, one line, nothing written."""
+    result = cli("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), *args)
+    assert result.code == 2 and fragment in result.err and result.err.count("\n") == 1, result
+    assert "'-'" not in result.err
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_write_keeps_the_existing_mode_else_honours_the_umask(cli, tmp_path):
+    """mkstemp's 0600 must not reach the committed file."""
+    output = tmp_path / "spec_decode.yaml"
+    args = ("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--output", str(output))
+    old = os.umask(0o022)
+    try:
+        assert cli(*args).code == 0
+        assert output.stat().st_mode & 0o777 == 0o644
+        output.chmod(0o664)
+        assert cli(*args).code == 0
+        assert output.stat().st_mode & 0o777 == 0o664
+    finally:
+        os.umask(old)
+
+
+def test_output_does_not_depend_on_where_the_matrix_lives(cli, tmp_path):
+    """An unchanged copy of the matrix under another name and directory checks clean against the committed file."""
+    copy = tmp_path / "elsewhere" / "my-matrix.yml"
+    copy.parent.mkdir()
+    copy.write_bytes((REPO_ROOT / "hardware_matrix.yaml").read_bytes())
+    result = cli("--matrix", str(copy), "--output", str(COMMITTED), "--check")
+    assert result.code == 0, result.out + result.err
 
 
 def test_only_and_on_demand(cli):
-    key = "spec-decode-eagle-nightly-b200"
+    key = "spec-decode-eagle-harness-nightly-b200"
     matrix = str(REPO_ROOT / "hardware_matrix.yaml")
     gated = cli("--matrix", matrix, "--format", "buildkite", "--only", key)
-    assert gated.code == 0 and 'block: "Run :nvidia: (B200) Spec Decode Eagle Nightly"' in gated.out
+    assert gated.code == 0 and 'block: "Run :nvidia: (B200) Spec Decode Harness Eagle Nightly"' in gated.out
     assert gated.out.count("  - label:") == 1
     now = cli("--matrix", matrix, "--format", "buildkite", "--only", key, "--on-demand")
     assert now.code == 0 and "block:" not in now.out and f'key: "{key}"' in now.out
 
 
+def _listed(out: str) -> list[list[str]]:
+    return [line.split() for line in out.splitlines()[1:] if not line.startswith("    $ ")]
+
+
 @pytest.mark.parametrize("how", [("--nightly",), ()])
 def test_nightly_drops_gates(cli, how):
     environ = {} if how else {"NIGHTLY": "1"}
-    result = cli("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--format", "buildkite", *how, environ=environ)
-    assert result.code == 0 and "block:" not in result.out and "spec-decode-eagle-nightly-b200" in result.out
-    gated = cli("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--format", "buildkite")
-    optional_steps = [line for line in cli("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--list").out
-                      .splitlines()[1:] if line.split()[-2] == "yes"]
+    matrix = str(REPO_ROOT / "hardware_matrix.yaml")
+    result = cli("--matrix", matrix, "--format", "buildkite", *how, environ=environ)
+    assert result.code == 0 and "block:" not in result.out and "spec-decode-eagle-harness-nightly-b200" in result.out
+    gated = cli("--matrix", matrix, "--format", "buildkite")
+    listed = _listed(cli("--matrix", matrix, "--format", "buildkite", "--list").out)
+    optional_steps = [row for row in listed if row[3] == "yes"]
     assert len(optional_steps) >= 3 and gated.out.count("  - block:") == len(optional_steps)
 
 
-def test_list_table(cli):
+def test_list_shows_device_string_routed_queue_and_commands(cli):
     result = cli("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--list")
     lines = result.out.splitlines()
-    assert lines[0].split() == ["KEY", "LABEL", "DEVICE", "QUEUE", "SCHEDULE", "OPTIONAL", "TIMEOUT"]
-    eagle = next(line for line in lines if line.startswith("spec-decode-eagle-nightly-b200 "))
-    assert "b200-k8s" in eagle and "nightly" in eagle and "yes" in eagle and "30m" in eagle
+    assert lines[0].split() == ["KEY", "DEVICE", "QUEUE", "OPTIONAL", "TIMEOUT", "LABEL"]
+    rows = {row[0]: row for row in _listed(result.out)}
+    assert rows["spec-decode-eagle-harness-nightly-b200"][1:5] == ["b200-k8s", "b200-k8s", "yes", "30m"]
+    assert rows["spec-decode-tiny-smoke-harness-nightly-h200"][1:3] == ["h200", "H200"]
+    assert rows["speculators-correctness"][1:3] == ["h100", "mithril-h100-pool"]
+    after = lines[lines.index(next(l for l in lines if l.startswith("spec-decode-eagle-harness-nightly-b200"))) + 2]
+    assert after.startswith("    $ python -m pytest -p spec_decode_ci.pytest_plugin") and "test_eagle" in after
 
 
 def _generate_in_subprocess(seed: str, *args: str) -> bytes:
     env = {**os.environ, "PYTHONHASHSEED": seed}
     return subprocess.run(
-        [sys.executable, "-m", "generator", "--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--output", "-",
+        [sys.executable, "-m", "spec_decode_ci.generator", "--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--output", "-",
          *args], check=True, capture_output=True, env=env, cwd=REPO_ROOT,
     ).stdout
 
@@ -125,7 +174,7 @@ def test_byte_identical_across_hash_seeds(fmt):
 
 def test_generator_does_not_import_torch_or_vllm():
     code = (
-        "import sys; from generator.cli import main; "
+        "import sys; from spec_decode_ci.generator.cli import main; "
         f"main(['--matrix', {str(REPO_ROOT / 'hardware_matrix.yaml')!r}, '--output', {str(COMMITTED)!r}, '--check']); "
         "print(sorted(m for m in ('torch', 'vllm', 'jsonschema') if m in sys.modules))"
     )

@@ -15,29 +15,46 @@ def steps_of(text: str):
     return expand(parse_matrix(doc), doc.error)
 
 
-def test_nightly_b200_steps_are_named_like_vllm(repo_matrix_text):
+def test_harness_steps_sit_beside_vllms_under_keys_of_their_own(repo_matrix_text):
     by_key = {s.key: s for s in steps_of(repo_matrix_text)}
     expected = {
-        "spec-decode-eagle-nightly-b200": ":nvidia: (B200) Spec Decode Eagle Nightly",
-        "spec-decode-speculators-mtp-nightly-b200": ":nvidia: (B200) Spec Decode Speculators + MTP Nightly",
-        "spec-decode-draft-model-nightly-b200": ":nvidia: (B200) Spec Decode Draft Model Nightly",
+        "spec-decode-eagle-harness-nightly-b200": ":nvidia: (B200) Spec Decode Harness Eagle Nightly",
+        "spec-decode-speculators-mtp-harness-nightly-b200": ":nvidia: (B200) Spec Decode Harness Speculators + MTP Nightly",
+        "spec-decode-draft-model-harness-nightly-b200": ":nvidia: (B200) Spec Decode Harness Draft Model Nightly",
     }
     for key, label in expected.items():
         assert by_key[key].label == label
         assert by_key[key].device.test_area_device == "b200-k8s"
-    assert "spec-decode-build-path-cpu" in by_key and "spec-decode-build-path-b200" in by_key
+    for vllm_key in ("spec-decode-eagle-nightly-b200", "spec-decode-speculators-mtp-nightly-b200",
+                     "spec-decode-draft-model-nightly-b200"):
+        assert by_key[vllm_key].suite is None  # vLLM's own step, as vLLM writes it
 
 
-def test_steps_are_sorted_by_label(repo_matrix_text):
-    labels = [s.label for s in steps_of(repo_matrix_text)]
-    assert labels == sorted(labels)
+def test_vllm_steps_keep_matrix_order_and_suite_steps_are_sorted_by_label(repo_matrix_text):
+    steps = steps_of(repo_matrix_text)
+    suite_labels = [s.label for s in steps if s.suite]
+    assert suite_labels == sorted(suite_labels)
+    assert all(s.suite is None for s in steps[: len(steps) - len(suite_labels)])
 
 
-def test_pytest_command_names_suite_marker_and_junit(tricky_matrix):
+def test_pytest_command_names_plugin_suite_marker_and_junit(tricky_matrix):
     step = next(s for s in steps_of(tricky_matrix.read_text()) if s.key == "quoting-cpu")
-    assert step.pytest_command == (
-        "python -m pytest -v -rs -m 'not slow and e2e' 'tests/x.py::test[a: b]' --junitxml=junit/quoting-cpu.xml"
+    assert step.run_command == (
+        "python -m pytest -p spec_decode_ci.pytest_plugin -v -rs -m 'not slow and e2e' --pyargs "
+        "spec_decode_ci.suites.x --junitxml=junit/quoting-cpu.xml"
     )
+    assert step.commands == (
+        "python -m pip install --quiet spec-decode-ci==9.9.9",
+        step.run_command + "; status=$$?; buildkite-agent artifact upload junit/quoting-cpu.xml; exit $$status",
+    )
+
+
+def test_a_suite_key_that_takes_a_step_key_is_located(tricky_matrix):
+    text = tricky_matrix.read_text().replace("  key: own-step\n", "  key: quoting-cpu\n")
+    with pytest.raises(InputError) as info:
+        steps_of(text)
+    assert "duplicate step key 'quoting-cpu' (also used by step 1)" in str(info.value)
+    assert info.value.path == "suites.quoting.key"
 
 
 def test_duplicate_step_keys_are_located(tricky_matrix):
@@ -46,7 +63,7 @@ def test_duplicate_step_keys_are_located(tricky_matrix):
     )
     with pytest.raises(InputError) as info:
         steps_of(text)
-    assert "duplicate step key 'quoting-b200' (also made by suite 'quoting')" in str(info.value)
+    assert "duplicate step key 'quoting-b200' (also used by suite 'quoting')" in str(info.value)
     assert info.value.path == "suites.nightly.key"
 
 
@@ -74,7 +91,7 @@ def test_uuid_shaped_step_key_is_refused(tricky_matrix):
     text = (
         tricky_matrix.read_text()
         .replace("  b200:\n", "  abcdef012345:\n")
-        .replace("[cpu, b200]", "[cpu, abcdef012345]")
+        .replace("[cpu, b200]", "[cpu, abcdef012345]").replace("device: b200-k8s", "device: abcdef012345")
         .replace("    devices: [b200]\n", "    devices: [abcdef012345]\n")
         .replace("    key: quoting\n", "    key: 123e4567-e89b-12d3-a456\n")
     )

@@ -18,11 +18,12 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 2000), st.floats(a
 values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c,
                                                                                           max_size=4)), max_leaves=12)
 paths = st.sampled_from([
-    ("test_area", "group"), ("test_area", "depends_on"), ("buildkite", "setup_commands"), ("devices", "b200", "queue"),
+    ("test_area", "group"), ("test_area", "depends_on"), ("buildkite", "setup_commands"), ("devices", "b200", "gpu_name"),
     ("devices", "cpu", "gpus_per_agent"), ("devices", "b200", "capabilities"), ("suites", "quoting", "label"),
     ("suites", "quoting", "devices"), ("suites", "quoting", "timeout_in_minutes"), ("suites", "quoting", "env"),
     ("suites", "nightly", "key"), ("suites", "nightly", "optional"), ("suites", "quoting", "tests"),
-    ("suites", "quoting", "new_key"), ("devices", "new_device"), ("suites",), ("devices",),
+    ("suites", "quoting", "new_key"), ("devices", "new_device"), ("suites",), ("devices",), ("steps",),
+    ("steps", 0), ("steps", 0, "mirror"), ("steps", 0, "device"), ("steps", 0, "retry"), ("steps", 0, "nightly"),
 ])
 printable = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40).filter(str.strip)
 

@@ -27,7 +27,8 @@ def test_repo_matrix_parses(repo_matrix_text):
     for name in ("eagle", "speculators_mtp", "draft_model"):
         suite = matrix.suites[name]
         assert (suite.devices, suite.schedule, suite.optional) == (("b200",), "nightly", True)
-    assert set(matrix.suites["build_path"].devices) == {"cpu", "b200"}
+    assert matrix.suites["build_path"].devices == ("cpu",) and matrix.suites["build_path_b200"].optional
+    assert len(matrix.steps) == 18 and all(s.get("mirror") for s in matrix.steps)  # vLLM's own steps
 
 
 # (replace this, with that, expected message fragment, the needle whose line the error must point at)
@@ -36,13 +37,13 @@ MUTATIONS = [
      "timeout_in_minutes: five"),
     ("    timeout_in_minutes: 5\n", "    timeout_in_minutes: 0\n", "expected an integer between 1", "timeout_in_minutes: 0"),
     ("    timeout_in_minutes: 5\n", "    timeout_in_minutes: true\n", "expected an integer", "timeout_in_minutes: true"),
-    ("    devices: [cpu, b200]\n", "    devices: [cpu, b300]\n", "unknown device 'b300' (expected one of: b200, cpu)",
+    ("    devices: [cpu, b200]\n", "    devices: [cpu, b300]\n", "unknown device 'b300': add a block under `devices` (did you mean 'b200'?)",
      "devices: [cpu, b300]"),
     ("    devices: [cpu, b200]\n", "    devices: []\n", "expected a non-empty list of strings", "devices: []"),
     ("    devices: [cpu, b200]\n", "    devices: [cpu, cpu]\n", "duplicate entry 'cpu'", "devices: [cpu, cpu]"),
     ("    schedule: every_change\n", "    schedule: weekly\n", "expected one of nightly, every_change", "weekly"),
     ("    schedule: every_change\n", "    schedule: every_change\n    nightly: true\n",
-     "unknown key 'nightly' (expected one of:", "nightly: true"),
+     "unknown key 'nightly' in suite 'quoting' (expected one of:", "nightly: true"),
     ("    gpus_per_agent: 0\n", "    gpus_per_agent: 0\n    num_gpus: 1\n", "unknown key 'num_gpus'", "num_gpus"),
     ("    optional: true\n    soft_fail", "    optional: false\n    soft_fail", "a nightly suite must be optional",
      "optional: false"),
@@ -50,13 +51,28 @@ MUTATIONS = [
     ("    key: quoting\n", "    key: Quoting Key\n", "expected a step key of lower-case letters", "Quoting Key"),
     ("    compute_capability: \"10.0\"\n", "    compute_capability: 10.0\n", "expected a non-empty string",
      "compute_capability: 10.0"),
-    ("      COST: \"$5 {{ x }}\"\n", "      COST: [1]\n", "expected a string or integer value", "COST: [1]"),
-    ("      COST: \"$5 {{ x }}\"\n", "      1BAD: x\n", "expected an environment variable name", "1BAD"),
+    ("      COST: \"$$5 {{ x }}\"\n", "      COST: [1]\n", "expected a string or integer value", "COST: [1]"),
+    ("      COST: \"$$5 {{ x }}\"\n", "      1BAD: x\n", "expected an environment variable name", "1BAD"),
     ("    label: Nightly Thing\n", "    label: \"Nightly\\x01\"\n", "control character", "Nightly\\x01"),
     ("    label: Nightly Thing\n", "    label: \"\"\n", "expected a non-empty string", "label: \"\""),
     ("    capabilities: [cuda, trtllm_prefill, trtllm_decode]\n", "    capabilities: [CUDA]\n",
      "expected a capability name", "[CUDA]"),
     ("  junit_dir: junit\n", "  junit_dir: junit\n  artifacts: x\n", "unknown key 'artifacts'", "artifacts: x"),
+    ("    timeout_in_minutes: 5\n", "    timout_in_minutes: 5\n",
+     "unknown key 'timout_in_minutes' in suite 'quoting' (did you mean 'timeout_in_minutes'?)", "timout_in_minutes"),
+    ("  timeout_in_minutes: 25\n", "  timeout_in_minutes: 25\n  torch_nightly: true\n",
+     "unknown key 'torch_nightly' in step 1", "torch_nightly"),
+    ("  timeout_in_minutes: 25\n", "  timeout_in_minutes: 25\n  num_gpus: 2\n",
+     "unknown key 'num_gpus' in step 1 (did you mean 'num_devices'?)", "num_gpus: 2"),
+    ("      dind: false\n", "      dind: false\n      num_devics: 2\n",
+     "unknown key 'num_devics' in the amd mirror (did you mean 'num_devices'?)", "num_devics"),
+    ("  mirror:\n    amd:\n", "  mirror:\n    intel:\n", "unknown key 'intel'", "intel:"),
+    ("      device: mi300_1\n", "      device: mi999_1\n", "unknown device 'mi999_1'", "device: mi999_1"),
+    ("  parallelism: 2\n", "  parallelism: 2\n  concurrency: 2\n",
+     "expected concurrency and concurrency_group together", "concurrency: 2"),
+    ("  timeout_in_minutes: 25\n", "  timeout_in_minutes: \"25\"\n", "expected an integer", "\"25\""),
+    ("      depends_on: [image-build-amd]\n", "      depends_on: image-build-amd\n",
+     "expected a list of strings", "depends_on: image-build-amd"),
     ("  cpu:\n    display_name", "  CPU:\n    display_name", "expected a device name", "CPU:"),
 ]
 
@@ -74,7 +90,7 @@ def test_bad_matrix_is_located(tricky_matrix, old, new, fragment, needle):
     assert info.value.line == line_of(bad, needle), message
 
 
-@pytest.mark.parametrize("missing", ["test_area", "buildkite", "devices", "suites"])
+@pytest.mark.parametrize("missing", ["test_area", "devices"])
 def test_missing_sections(tricky_matrix, missing):
     import yaml
 
@@ -89,3 +105,21 @@ def test_top_level_must_be_a_mapping():
         parse("- 1\n")
     with pytest.raises(InputError, match="got nothing"):
         parse("")
+
+
+def test_suites_need_the_pinned_harness(tricky_matrix):
+    import yaml
+
+    data = yaml.safe_load(tricky_matrix.read_text(encoding="utf-8"))
+    del data["harness"]
+    with pytest.raises(InputError, match="expected harness.requirement"):
+        parse(yaml.safe_dump(data))
+
+
+def test_misspelt_required_key_names_the_misspelling_not_the_missing_key(tricky_matrix):
+    text = tricky_matrix.read_text(encoding="utf-8")
+    bad = text.replace("    label: Nightly Thing\n", "    lable: Nightly Thing\n")
+    with pytest.raises(InputError) as info:
+        parse(bad)
+    assert "unknown key 'lable' in suite 'nightly' (did you mean 'label'?)" in str(info.value)
+    assert info.value.line == line_of(bad, "lable")

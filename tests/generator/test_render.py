@@ -12,7 +12,7 @@ import yaml
 from spec_decode_ci.generator.expand import expand
 from spec_decode_ci.generator.load import parse_text
 from spec_decode_ci.generator.model import parse_matrix
-from spec_decode_ci.generator.render import RenderOptions, escape_interpolation, output_dict, render_text
+from spec_decode_ci.generator.render import RenderOptions, output_data, render_text
 from spec_decode_ci.generator.validate import CI_INFRA_STEP_KEYS, check_round_trip
 from tests.generator import conftest
 
@@ -29,8 +29,10 @@ def build(text: str, fmt: str, gated: bool = True):
     doc = parse_text(text, "hardware_matrix.yaml")
     matrix = parse_matrix(doc)
     steps = expand(matrix, doc.error)
-    options = RenderOptions(fmt, gated=gated, matrix_name="hardware_matrix.yaml")
-    return render_text(matrix, steps, options), output_dict(matrix, steps, options), matrix
+    steps = expand(matrix, doc.error, fmt)
+    options = RenderOptions(fmt, gated=gated)
+    data = output_data(matrix, steps, options)
+    return render_text(data, options), data, matrix
 
 
 def unescape(value):
@@ -72,34 +74,19 @@ def test_strings_survive_yaml_and_jinja(tricky_matrix):
     step = next(s for s in parsed["steps"] if s.get("key") == "quoting-cpu")
     suite = matrix.suites["quoting"]
     assert step["label"] == ":computer: (CPU) " + suite.label
-    assert step["env"] == dict(suite.env) == {"MULTI": "line one\nline two", "COST": "$5 {{ x }}"}
+    assert step["env"]["MULTI"] == "line one\nline two" and step["env"]["COST"] == "$5 {{ x }}"
     assert step["commands"][0] == 'echo "shard $BUILDKITE_PARALLEL_JOB of ${BUILDKITE_PARALLEL_JOB_COUNT}"'
     assert "{{ not jinja }}" in step["label"] and "ünïcode" in step["label"]
 
 
-def test_dollar_is_escaped_everywhere(tricky_matrix):
-    text, _, _ = build(tricky_matrix.read_text(encoding="utf-8"), "buildkite")
+def test_strings_are_written_as_the_matrix_writes_them(tricky_matrix):
+    """No escaping is added or removed: `$$` in the matrix is `$$` in the output (Buildkite's upload unescapes it)."""
+    text, _, _ = build(tricky_matrix.read_text(encoding="utf-8"), "test-area")
     parsed = yaml.safe_load(text)
-    strings = []
-
-    def walk(v):
-        if isinstance(v, str):
-            strings.append(v)
-        elif isinstance(v, dict):
-            [walk(x) for x in v.values()]
-        elif isinstance(v, list):
-            [walk(x) for x in v]
-
-    walk(parsed)
-    dollar_strings = [s for s in strings if "$" in s]
-    assert dollar_strings, "the tricky matrix must contain `$`"
-    for s in dollar_strings:  # every `$` comes in a pair: nothing left for upload-time interpolation
-        assert s.replace("$$", "") .count("$") == 0, s
-
-
-def test_escape_interpolation_round_trip():
-    for raw in ["$A", "$$", "a$b$$c", "${X}", "no dollar"]:
-        assert unescape(escape_interpolation(raw)) == raw
+    own = next(s for s in parsed["steps"] if s.get("key") == "own-step")
+    assert own["commands"] == ['pytest -v -s v1/e2e -k "a or b" --shard-id=$$BUILDKITE_PARALLEL_JOB']
+    quoting = next(s for s in parsed["steps"] if s.get("key") == "quoting-cpu")
+    assert quoting["env"]["COST"] == "$$5 {{ x }}"
 
 
 @pytest.mark.parametrize("gated", [True, False])
@@ -148,17 +135,24 @@ def test_test_area_shape(repo_matrix_text):
     assert data["group"] == "Spec Decode" and data["depends_on"] == ["image-build"]
     for step in data["steps"]:
         assert set(step) <= CI_INFRA_STEP_KEYS
-    eagle = next(s for s in data["steps"] if s["key"] == "spec-decode-eagle-nightly-b200")
-    assert eagle["label"] == ":nvidia: (B200) Spec Decode Eagle Nightly"
-    assert eagle["device"] == "b200-k8s" and eagle["optional"] is True
-    assert "tests/spec_decode/e2e/test_eagle.py" in eagle["commands"][0]
+    eagle = next(s for s in data["steps"] if s["key"] == "spec-decode-eagle-harness-nightly-b200")
+    assert eagle["label"] == ":nvidia: (B200) Spec Decode Harness Eagle Nightly"
+    assert eagle["device"] == "b200-k8s" and eagle["optional"] is True and "working_dir" not in eagle
+    assert eagle["commands"][0] == "python -m pip install --quiet spec-decode-ci==0.2.0"
+    assert "--pyargs spec_decode_ci.suites.e2e.test_eagle" in eagle["commands"][1]
+    assert "buildkite-agent artifact upload junit/spec-decode-eagle-harness-nightly-b200.xml" in eagle["commands"][1]
+    assert eagle["mount_buildkite_agent"] is True and eagle["env"]["SPEC_DECODE_CI_DEVICE"] == "b200"
+    cpu = next(s for s in data["steps"] if s["key"] == "spec-decode-build-path-harness-cpu")
+    assert cpu["depends_on"] == ["image-build-cpu"] and "optional" not in cpu
+    b200 = next(s for s in data["steps"] if s["key"] == "spec-decode-build-path-harness-nightly-b200")
+    assert b200["optional"] is True  # B200 minutes only nightly or on request
 
 
 def test_round_trip_check_catches_a_template_slip(tricky_matrix):
     from spec_decode_ci.generator.errors import InputError
 
     text, expected, _ = build(tricky_matrix.read_text(encoding="utf-8"), "test-area")
-    broken = text.replace("timeout_in_minutes: 60", "timeout_in_minutes: 61")
+    broken = text.replace("timeout_in_minutes: 25", "timeout_in_minutes: 26")
     with pytest.raises(InputError, match="does not match its model"):
         check_round_trip(broken, expected, "out.yaml")
     check_round_trip(text, expected, "out.yaml")
