@@ -28,7 +28,7 @@ DECOY_TEST = '''def test_decoy_conftest_is_vllms(vllm_decoy_fixture):
 def installed(tmp_path_factory):
     """The wheel built from this checkout, installed into its own directory, and a decoy vLLM tree."""
     root = tmp_path_factory.mktemp("install")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                     "-w", str(root / "dist"), str(REPO)], check=True, capture_output=True)
     wheel = next((root / "dist").glob("spec_decode_ci-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(root / "site"),
