@@ -91,6 +91,10 @@ def upload_after(command: str, path: str) -> str:
     return f"{command}; status=$$?; buildkite-agent artifact upload {shlex.quote(path)}; exit $$status"
 
 
+def pip_install(requirement: str) -> str:
+    return shlex.join(["python", "-m", "pip", "install", "--quiet", requirement])
+
+
 def buildkite_key_problem(key: str) -> str | None:
     """Why Buildkite's schema would refuse ``key`` as a step key, or None."""
     if not BUILDKITE_KEY_RE.match(key):
@@ -137,9 +141,9 @@ def suite_step(matrix: Matrix, suite: Suite, device: Device) -> Step:
     fields.append(("env", (*machine, *suite.env)))
     install = []
     if suite.vllm:
-        install.append(shlex.join(["python", "-m", "pip", "install", "--quiet", f"vllm=={suite.vllm}"]))
+        install.append(pip_install(f"vllm=={suite.vllm}"))
     if matrix.harness_requirement:
-        install.append(shlex.join(["python", "-m", "pip", "install", "--quiet", matrix.harness_requirement]))
+        install.append(pip_install(matrix.harness_requirement))
     fields.append(("commands", (*install, upload_after(run, junit_path))))
     return Step(key, fields[0][1], device, tuple(fields), suite, junit_path, run)
 

@@ -45,12 +45,6 @@ class Device:
     capabilities: tuple[str, ...]
     depends_on: tuple[str, ...] | None  # image builds a suite step on this device waits for
 
-    @property
-    def queue(self) -> str:
-        from spec_decode_ci.generator.routing import queue_for
-
-        return queue_for(self.test_area_device)
-
 
 @dataclass(frozen=True)
 class AreaStep:
@@ -137,7 +131,6 @@ class Section:
         if not isinstance(data, dict):
             raise doc.error(path, f"expected a mapping ({what}), got {_kind(data)}")
         self.data: dict[str, Any] = data
-        self.keys = keys
         self.allowed: list[str] = list(keys)
         if keys:
             self.finish()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spec_decode_ci.generator.expand import Step
+from spec_decode_ci.generator.expand import Step, pip_install
 from spec_decode_ci.generator.model import Matrix
 
 FORMATS = {"test-area": "test_area.yaml.j2", "buildkite": "buildkite.yaml.j2"}
@@ -64,11 +64,9 @@ def test_area_data(matrix: Matrix, steps: list[Step]) -> dict[str, Any]:
 
 
 def native_commands(matrix: Matrix, step: Step) -> list[str]:
-    import shlex
-
     commands = list(matrix.setup_commands)
     if step.suite.vllm:
-        commands.append(shlex.join(["python", "-m", "pip", "install", "--quiet", f"vllm=={step.suite.vllm}"]))
+        commands.append(pip_install(f"vllm=={step.suite.vllm}"))
     return [*commands, step.run_command]
 
 
