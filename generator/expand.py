@@ -37,6 +37,7 @@ class Step:
     suite: Suite | None = None  # None for a test-area step written in the matrix
     junit_path: str | None = None
     run_command: str | None = None  # the pytest command of a suite step
+    vllm: str | None = None  # the vLLM release a compatibility-lane step installs first
 
     def get(self, key: str, default: Any = None) -> Any:
         return dict(self.fields).get(key, default)
@@ -68,14 +69,16 @@ class Step:
         return f"Run {self.label}"
 
 
-def step_key(suite: Suite, device: Device) -> str:
-    parts = [suite.key, "nightly" if suite.schedule == "nightly" else None, device.name.replace("_", "-")]
+def step_key(suite: Suite, device: Device, vllm: str | None = None) -> str:
+    release = f"vllm-{vllm.replace('.', '-')}" if vllm else None
+    parts = [suite.key, release, "nightly" if suite.schedule == "nightly" else None, device.name.replace("_", "-")]
     return "-".join(p for p in parts if p)
 
 
-def step_label(suite: Suite, device: Device) -> str:
+def step_label(suite: Suite, device: Device, vllm: str | None = None) -> str:
+    release = f" on vLLM {vllm}" if vllm else ""
     nightly = " Nightly" if suite.schedule == "nightly" else ""
-    return f"{device.emoji} ({device.display_name}) {suite.label}{nightly}"
+    return f"{device.emoji} ({device.display_name}) {suite.label}{release}{nightly}"
 
 
 def pytest_command(suite: Suite, junit_path: str) -> str:
@@ -122,11 +125,11 @@ def area_step(matrix: Matrix, step: AreaStep) -> Step:
     return Step(step.key, step.label, device, _resolve_devices(step.fields, matrix))
 
 
-def suite_step(matrix: Matrix, suite: Suite, device: Device) -> Step:
-    key = step_key(suite, device)
+def suite_step(matrix: Matrix, suite: Suite, device: Device, vllm: str | None = None) -> Step:
+    key = step_key(suite, device, vllm)
     junit_path = f"{matrix.junit_dir}/{key}.xml"
     run = pytest_command(suite, junit_path)
-    fields: list[tuple[str, Any]] = [("label", step_label(suite, device)), ("key", key),
+    fields: list[tuple[str, Any]] = [("label", step_label(suite, device, vllm)), ("key", key),
                                      ("device", device.test_area_device), ("num_devices", suite.num_devices),
                                      ("timeout_in_minutes", suite.timeout_in_minutes)]
     if suite.optional:
@@ -140,12 +143,12 @@ def suite_step(matrix: Matrix, suite: Suite, device: Device) -> Step:
     machine = ((DEVICE_ENV, device.name), (CAPABILITIES_ENV, ",".join(device.capabilities)))
     fields.append(("env", (*machine, *suite.env)))
     install = []
-    if suite.vllm:
-        install.append(pip_install(f"vllm=={suite.vllm}"))
+    if vllm:
+        install.append(pip_install(f"vllm=={vllm}"))
     if matrix.harness_requirement:
         install.append(pip_install(matrix.harness_requirement))
     fields.append(("commands", (*install, upload_after(run, junit_path))))
-    return Step(key, fields[0][1], device, tuple(fields), suite, junit_path, run)
+    return Step(key, fields[0][1], device, tuple(fields), suite, junit_path, run, vllm)
 
 
 def expand(matrix: Matrix, locate: Locate, pipeline: str = "test-area") -> list[Step]:
@@ -172,10 +175,11 @@ def expand(matrix: Matrix, locate: Locate, pipeline: str = "test-area") -> list[
     suite_steps = []
     for suite in matrix.suites.values():
         for device_name in suite.devices:
-            step = suite_step(matrix, suite, matrix.devices[device_name])
-            claim(step.key, f"suites.{suite.name}.key", f"suite '{suite.name}'")
-            if pipeline in suite.pipelines:
-                suite_steps.append(step)
+            for vllm in suite.vllm or (None,):
+                step = suite_step(matrix, suite, matrix.devices[device_name], vllm)
+                claim(step.key, f"suites.{suite.name}.key", f"suite '{suite.name}'")
+                if pipeline in suite.pipelines:
+                    suite_steps.append(step)
     return steps + sorted(suite_steps, key=lambda s: (s.label, s.key))
 
 

@@ -84,7 +84,7 @@ class Suite:
     markers: str | None
     env: tuple[tuple[str, str], ...]
     pipelines: tuple[str, ...]  # which outputs carry it: the test area, the native pipeline, or both
-    vllm: str | None  # a released vLLM to install first (compatibility lane); None: the one present
+    vllm: tuple[str, ...]  # released vLLMs to install first, a step each (compatibility lane); (): the one present
 
 
 @dataclass(frozen=True)
@@ -441,6 +441,20 @@ def _parse_device(doc: Document, path: str, name: str) -> Device:
     )
 
 
+COMPAT_LANE = "compat_lane"
+
+
+def vllm_releases(doc: Document, path: str, value: Any) -> tuple[str, ...]:
+    """A release, a list of releases, or ``compat_lane``: every release ``spec_decode_ci.compat`` names."""
+    if value == COMPAT_LANE:
+        from spec_decode_ci.compat import compat_lane_releases
+
+        return compat_lane_releases()
+    release = patterned(VERSION_RE, f"a vLLM release such as '0.20.0', a list of them or '{COMPAT_LANE}'")
+    return (release(doc, path, value),) if not isinstance(value, list) else text_list(release, non_empty=True)(
+        doc, path, value)
+
+
 SUITE_KEYS = ("key", "label", "devices", "schedule", "optional", "soft_fail", "timeout_in_minutes", "num_devices",
               "source_file_dependencies", "tests", "markers", "env", "pipelines", "vllm")
 
@@ -465,7 +479,7 @@ def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]
         markers=r.get("markers", text, None),
         env=r.get("env", env_mapping, ()),
         pipelines=r.get("pipelines", text_list(one_of(PIPELINES), non_empty=True), PIPELINES),
-        vllm=r.get("vllm", patterned(VERSION_RE, "a vLLM release such as '0.20.0'"), None),
+        vllm=r.get("vllm", vllm_releases, ()),
     )
     if suite.schedule == "nightly" and not suite.optional:
         raise doc.error(join(path, "optional"), "a nightly suite must be optional: true (ci-infra gates it)")

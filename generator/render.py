@@ -65,8 +65,8 @@ def test_area_data(matrix: Matrix, steps: list[Step]) -> dict[str, Any]:
 
 def native_commands(matrix: Matrix, step: Step) -> list[str]:
     commands = list(matrix.setup_commands)
-    if step.suite.vllm:
-        commands.append(pip_install(f"vllm=={step.suite.vllm}"))
+    if step.vllm:
+        commands.append(pip_install(f"vllm=={step.vllm}"))
     return [*commands, step.run_command]
 
 

@@ -11,13 +11,14 @@ emulated capability; the per-phase switch can only take a kernel away, never add
 
 from __future__ import annotations
 
-import inspect
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 from unittest import mock
 
 import torch
+
+from spec_decode_ci import compat
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,6 @@ class EmulatedGpu:
 BLACKWELL = EmulatedGpu()
 
 
-def per_phase_trtllm_availability() -> bool:
-    """Whether this vLLM asks the platform about TRTLLM per phase (``supports_trtllm_attention(is_prefill)``);
-    earlier releases ask once for both, so a GPU with only one phase's kernels cannot be emulated there."""
-    import vllm.utils.flashinfer as fi_utils
-
-    return "is_prefill" in inspect.signature(fi_utils.supports_trtllm_attention).parameters
-
-
 class UnsupportedEmulation(Exception):
     pass
 
@@ -58,7 +51,8 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
 
     platform_cls = type(current_platform)
     real_supports = fi_utils.supports_trtllm_attention
-    per_phase = per_phase_trtllm_availability()
+    # Releases that ask once for both phases cannot emulate a GPU with only one phase's kernels.
+    per_phase = compat.trtllm_availability_per_phase()
     if not per_phase and gpu.trtllm_prefill != gpu.trtllm_decode:
         raise UnsupportedEmulation(f"{gpu.name}: this vLLM has no per-phase TRTLLM availability to emulate")
 
@@ -76,21 +70,11 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
         if not torch.cuda.is_available():
             # Hardware boundary: a CPU-only box reports no device type, and vLLM's DeviceConfig then fails.
             stack.enter_context(mock.patch.object(platform_cls, "device_type", "cuda"))
-            # Hardware boundary: page-locked host memory needs a CUDA driver. vLLM reads that through the
-            # platform, a cached helper or a constant, depending on the release; answer "no" at each.
-            import vllm.utils.platform_utils as platform_utils
-            import vllm.v1.utils as v1_utils
-
+            # Hardware boundary: page-locked host memory needs a CUDA driver; every place vLLM decides it says "no".
             stack.enter_context(mock.patch.object(platform_cls, "is_pin_memory_available",
                                                   classmethod(lambda cls: False)))
-            for module in (platform_utils, v1_utils, fi_utils, fi_backend, *extra_modules):
-                for name, value in (("PIN_MEMORY", False), ("is_pin_memory_available", lambda: False)):
-                    if hasattr(module, name):
-                        stack.enter_context(mock.patch.object(module, name, value))
-            init = v1_utils.CpuGpuBuffer.__init__
-            if "pin_memory" in (init.__kwdefaults__ or {}):  # a default bound when vLLM was imported
-                stack.enter_context(mock.patch.object(init, "__kwdefaults__",
-                                                      {**init.__kwdefaults__, "pin_memory": False}))
+            for owner, name, value in compat.page_locking_switches((fi_utils, fi_backend, *extra_modules)):
+                stack.enter_context(mock.patch.object(owner, name, value))
         # Hardware boundary: TRTLLM cubins count as present (the real check downloads from NVIDIA).
         stack.enter_context(mock.patch.object(fi_utils, "has_nvidia_artifactory", lambda: True))
         for module in (fi_utils, fi_backend, *extra_modules):

@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from spec_decode_ci import compat
 from spec_decode_ci.generator.load import read_document
 from spec_decode_ci.generator.model import Section, boolean, integer, one_of, text, text_list
 from spec_decode_ci.e2e.tiny_models import FAMILIES
@@ -196,15 +197,6 @@ def load(path: str | None = None) -> SuiteConfig:
     return parse(config_path(path))
 
 
-def drafter_backend_settable() -> bool:
-    """Whether this vLLM's SpeculativeConfig takes an attention backend for the drafter (not in vLLM 0.20)."""
-    import dataclasses
-
-    from vllm.config import SpeculativeConfig
-
-    return "attention_backend" in {f.name for f in dataclasses.fields(SpeculativeConfig)}
-
-
 def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[str, Any]:
     """``LLM`` / ``EngineArgs`` keyword arguments for the target alone, or for target + drafter."""
     e = config.engine
@@ -219,7 +211,7 @@ def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[st
     if not speculative:
         return kwargs
     spec: dict[str, Any] = {}
-    if drafter_backend_settable():
+    if compat.drafter_attention_backend_settable():
         # The drafter picks its attention backend on its own (FLASH_ATTN first on Hopper): pin it too.
         spec["attention_backend"] = e.attention_backend
     if case.speculators:

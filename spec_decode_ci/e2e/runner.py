@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 from unittest import mock
 
+from spec_decode_ci import compat
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
 from spec_decode_ci.sync import cuda_sync_warnings
 
@@ -74,10 +75,7 @@ def observed_builds(log: BuildLog) -> Iterator[None]:
 @contextmanager
 def vllm_sync_check_errors() -> Iterator[None]:
     """vLLM's own GPU sync check in "error" mode, where this vLLM has one."""
-    try:
-        import vllm.utils.gpu_sync_debug as sync_debug
-    except ImportError:  # before vLLM 0.2x's check existed: the observed builds are the check
-        sync_debug = None
+    sync_debug = compat.vllm_sync_check_module()  # None: the observed builds are the only check
     with mock.patch.object(sync_debug, "_SYNC_CHECK_MODE", "error") if sync_debug else ExitStack():
         yield
 
@@ -101,15 +99,10 @@ def _counters(llm) -> dict[str, float]:
 
 
 def _free_gpu_memory() -> None:
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
     gc.collect()
-    try:
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-        cleanup_dist_env_and_memory()
-    except ImportError:
-        import torch
-
-        torch.cuda.empty_cache()
+    cleanup_dist_env_and_memory()
 
 
 def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:

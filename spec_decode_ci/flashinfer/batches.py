@@ -7,12 +7,13 @@ a stale buffer cannot match the reference by accident.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from spec_decode_ci import compat
 
 
 def cdiv(a: int, b: int) -> int:
@@ -73,8 +74,6 @@ class DeviceBatch:
 
 
 def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: int) -> DeviceBatch:
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
     query_start = [0]
     for q in batch.query_lens:
         query_start.append(query_start[-1] + q)
@@ -87,10 +86,9 @@ def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: 
 
     host = {
         "query_start_loc_cpu": torch.tensor(query_start, dtype=torch.int32),
-        "seq_lens_cpu": torch.tensor(batch.seq_lens, dtype=torch.int32),  # vLLM <= 0.2x
-        "seq_lens_cpu_upper_bound": torch.tensor(batch.seq_lens, dtype=torch.int32),  # later vLLM
-        "num_computed_tokens_cpu": torch.tensor(
-            [s - q for q, s in zip(batch.query_lens, batch.seq_lens)], dtype=torch.int32),
+        # exact here; the runner's is an upper bound under async scheduling. No exact host seq_lens is given:
+        # a path that needs them must copy them from the device, which is the sync the guard avoids.
+        "seq_lens_cpu_upper_bound": torch.tensor(batch.seq_lens, dtype=torch.int32),
     }
     device_tensors = {
         "query_start_loc": torch.tensor(query_start, dtype=torch.int32, device=device),
@@ -100,6 +98,4 @@ def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: 
     }
     scalars = {"num_reqs": batch.num_reqs, "num_actual_tokens": batch.num_tokens,
                "max_query_len": max(batch.query_lens), "max_seq_len": max(batch.seq_lens), "causal": True}
-    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
-    kwargs = {k: v for k, v in {**host, **device_tensors, **scalars}.items() if k in fields}
-    return DeviceBatch(CommonAttentionMetadata(**kwargs), {k: v for k, v in device_tensors.items() if k in fields})
+    return DeviceBatch(compat.common_attn_metadata(**host, **device_tensors, **scalars), device_tensors)

@@ -7,7 +7,6 @@ spec-decode settings (reorder threshold 1 + k) are vLLM's own.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import tempfile
@@ -20,6 +19,7 @@ from unittest import mock
 
 import torch
 
+from spec_decode_ci import compat
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, emulated_platform
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
@@ -76,9 +76,7 @@ def make_vllm_config(options: BuilderOptions):
 
     with emulated_platform(BLACKWELL):
         config = EngineArgs(**engine_args_kwargs(_model_dir(options), options)).create_engine_config()
-    if hasattr(config.cache_config, "kv_cache_layout"):
-        # Resolved by the engine core at start-up in recent vLLM; there is no engine core here.
-        config.cache_config.kv_cache_layout = options.kv_cache_layout
+    compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
     return config
 
 
@@ -116,10 +114,8 @@ def make_builder(options: BuilderOptions = BuilderOptions(), gpu: EmulatedGpu = 
         import vllm.v1.attention.backends.flashinfer as module
 
     vllm_config = make_vllm_config(options)
-    spec_kwargs = dict(block_size=options.page_size, num_kv_heads=options.num_kv_heads,
-                       head_size=options.head_size, dtype=torch.bfloat16)
-    accepted = inspect.signature(FullAttentionSpec).parameters
-    spec = FullAttentionSpec(**{k: v for k, v in spec_kwargs.items() if k in accepted})
+    spec = FullAttentionSpec(block_size=options.page_size, num_kv_heads=options.num_kv_heads,
+                             head_size=options.head_size, dtype=torch.bfloat16)
     with builder_context(vllm_config, gpu, module), mock.patch.object(
         module, "get_per_layer_parameters", lambda *a, **k: _per_layer_parameters(options)
     ):

@@ -16,6 +16,7 @@ from unittest import mock
 
 import torch
 
+from spec_decode_ci import compat
 from spec_decode_ci.flashinfer.batches import Batch, DeviceBatch, cdiv, common_attn_metadata
 from spec_decode_ci.flashinfer.builder import (
     BuilderOptions, builder_context, builder_device, make_builder, make_vllm_config,
@@ -150,8 +151,7 @@ class BuildHarness:
 
     @property
     def trtllm_decode_class(self) -> str:
-        """The TRTLLM decode metadata class: ``FlashInferTrtllmAPIDecode`` (later vLLM) or ``TRTLLMDecode``."""
-        return next(n for n in ("FlashInferTrtllmAPIDecode", "TRTLLMDecode") if hasattr(self.module, n))
+        return compat.trtllm_decode_metadata_class(self.module)
 
     @property
     def decode_threshold(self) -> int:
@@ -159,13 +159,13 @@ class BuildHarness:
 
     @property
     def require_uniform_decodes(self) -> bool:
-        return not (getattr(self.builder, "use_xqa", False) or getattr(self.builder, "use_trtllm_gen_varlen_decode",
-                                                                        False))
+        return not compat.decodes_may_be_ragged(self.builder)
 
     def _kernel_fakes(self) -> ExitStack:
         stack = ExitStack()
         m = self.module
-        if self.device.type == "cpu" and hasattr(m, "_copy_page_indices_kernel"):
+        if self.device.type == "cpu":
+            compat.require(m, "_copy_page_indices_kernel", what="the Triton page-index copy build() launches")
             # Hardware boundary: Triton kernels cannot launch on a CPU; a host reference does the copy.
             stack.enter_context(mock.patch.object(m, "_copy_page_indices_kernel", CopyPageIndicesOnHost()))
         for name, cls in self._recording_wrappers.items():

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from spec_decode_ci import compat
 from spec_decode_ci.flashinfer.batches import Batch
 from spec_decode_ci.flashinfer.harness import BuildResult, PlanCall
 from spec_decode_ci.flashinfer.reference import PagedKvRef, TrtllmDecodeRef, TrtllmPrefillRef
@@ -60,7 +61,7 @@ def snapshot(result: BuildResult, batch: Batch) -> dict[str, Any]:
         view["trtllm_prefill"] = trtllm_prefill(result, batch)
     if view["decode"] in ("FlashInferTrtllmAPIDecode", "TRTLLMDecode"):
         view["trtllm_decode"] = trtllm_decode(result, batch)
-        view["q_len_per_req"] = getattr(m.decode, "q_len_per_req", None)  # not in vLLM 0.20
+        view["q_len_per_req"] = compat.decode_query_len_per_request(m.decode)
     view["plans"] = [(c.wrapper, planned_paged_kv(c)) for c in result.plans]
     return view
 

@@ -15,6 +15,8 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 
+from spec_decode_ci import compat
+
 ENV = "SPEC_DECODE_CI_REGRESSION"
 
 
@@ -33,14 +35,14 @@ REGRESSIONS = {
             "old_guard",
             "host copy of seq_lens skipped only for decode-only TRTLLM batches (is_only_trtllm_decode)",
             # is_only_trtllm_decode == (no prefills, some decodes, all TRTLLM), in any release's variable names
-            r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm",
+            compat.seq_lens_guard_pattern(),
             r"is_only_trtllm_decode = num_prefills == 0 and num_decodes > 0 and all_uses_trtllm" "\n"
             r"        needs_seq_lens_cpu = self.use_dcp\g<cascade> or not is_only_trtllm_decode",
         ),
         Regression(
             "stale_indptr",
             "TRTLLM prefill reads paged_kv_indptr.gpu without the on-device cumsum that refreshes it",
-            r"\n[ \t]*paged_kv_indptr_prefill_gpu\[(?::1|0)\] = 0\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
+            r"\n[ \t]*" + compat.indptr_zeroing_pattern() + r"\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
             r"\s*dim=0,\s*out=paged_kv_indptr_prefill_gpu\[1:\],?\s*\)",
             "",
         ),
@@ -64,7 +66,7 @@ def patched_backend(name: str) -> types.ModuleType:
     if count != 1:
         raise RegressionDoesNotApply(
             f"regression {name!r} does not apply to {original.__file__}: the code it edits "
-            f"(/{regression.pattern}/) is gone; update tests/spec_decode/regressions.py")
+            f"(/{regression.pattern}/) is gone; update spec_decode_ci/flashinfer/regressions.py or spec_decode_ci/compat.py")
     module = types.ModuleType(original.__name__, original.__doc__)
     module.__dict__.update(__file__=original.__file__, __package__=original.__package__)
     exec(compile(patched, original.__file__, "exec"), module.__dict__)

@@ -37,6 +37,30 @@ def test_vllm_steps_keep_matrix_order_and_suite_steps_are_sorted_by_label(repo_m
     assert all(s.suite is None for s in steps[: len(steps) - len(suite_labels)])
 
 
+def test_compat_lane_is_a_cpu_step_per_release_compat_names(repo_matrix_text):
+    """`vllm: compat_lane` gives one native-pipeline step per release of spec_decode_ci.compat, each installing
+    that release before the tier runs; the test-area file (vLLM's CI, its own vLLM) carries none of them."""
+    from spec_decode_ci.compat import NEWEST, OLDEST, compat_lane_releases
+
+    doc = parse_text(repo_matrix_text, "hardware_matrix.yaml")
+    native = expand(parse_matrix(doc), doc.error, pipeline="buildkite")
+    lane = {s.vllm: s for s in native if s.vllm}
+    assert tuple(sorted(lane, key=lambda r: tuple(map(int, r.split("."))))) == compat_lane_releases()
+    assert {OLDEST, NEWEST} <= set(lane)
+    for release, step in lane.items():
+        assert step.key == f"spec-decode-build-path-harness-vllm-{release.replace('.', '-')}-cpu"
+        assert step.label.endswith(f"on vLLM {release}") and step.device.name == "cpu"
+        assert step.commands[0] == f"python -m pip install --quiet vllm=={release}"
+    assert not any(s.vllm for s in expand(parse_matrix(doc), doc.error))
+
+
+def test_a_list_of_releases_gives_a_step_each(tricky_matrix):
+    text = tricky_matrix.read_text().replace("    schedule: every_change\n",
+                                             "    schedule: every_change\n    vllm: ['0.20.0', '0.33.0']\n", 1)
+    keys = [s.key for s in steps_of(text) if s.suite and s.suite.name == "quoting"]
+    assert "quoting-vllm-0-20-0-cpu" in keys and "quoting-vllm-0-33-0-cpu" in keys
+
+
 def test_pytest_command_names_plugin_suite_marker_and_junit(tricky_matrix):
     step = next(s for s in steps_of(tricky_matrix.read_text()) if s.key == "quoting-cpu")
     assert step.run_command == (

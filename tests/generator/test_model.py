@@ -42,6 +42,8 @@ MUTATIONS = [
     ("    devices: [cpu, b200]\n", "    devices: []\n", "expected a non-empty list of strings", "devices: []"),
     ("    devices: [cpu, b200]\n", "    devices: [cpu, cpu]\n", "duplicate entry 'cpu'", "devices: [cpu, cpu]"),
     ("    schedule: every_change\n", "    schedule: weekly\n", "expected one of nightly, every_change", "weekly"),
+    ("    schedule: every_change\n", "    schedule: every_change\n    vllm: latest\n",
+     "expected a vLLM release such as '0.20.0', a list of them or 'compat_lane'", "vllm: latest"),
     ("    schedule: every_change\n", "    schedule: every_change\n    nightly: true\n",
      "unknown key 'nightly' in suite 'quoting' (expected one of:", "nightly: true"),
     ("    gpus_per_agent: 0\n", "    gpus_per_agent: 0\n    num_gpus: 1\n", "unknown key 'num_gpus'", "num_gpus"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from spec_decode_ci import compat
 from spec_decode_ci.flashinfer import metadata_view, reference
 from spec_decode_ci.flashinfer.batches import make_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.builder import BuilderOptions
@@ -41,8 +42,9 @@ def test_trtllm_fields_equal_reference(harness_cache, page):
             assert m.prefill is None, name
         if split.num_decodes:
             assert metadata_view.trtllm_decode(result, batch) == reference.trtllm_decode(batch, split), name
-            if hasattr(m.decode, "q_len_per_req"):  # uniform spec-decode query length; not in vLLM 0.20
-                assert m.decode.q_len_per_req == batch.query_lens[0], name
+            q_len = compat.decode_query_len_per_request(m.decode)
+            if q_len is not None:
+                assert q_len == batch.query_lens[0], name
         else:
             assert m.decode is None, name
 

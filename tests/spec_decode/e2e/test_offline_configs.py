@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from spec_decode_ci import compat
 from spec_decode_ci.e2e import cases, fake_hub
 from spec_decode_ci.emulation import emulated_platform
 
@@ -57,7 +58,7 @@ def test_engine_config(hub, case):
     if case.speculators or case.draft:
         assert names(hub, spec.model, case.speculators or case.draft)
     assert spec.draft_model_config is not None
-    if cases.drafter_backend_settable():
+    if compat.drafter_attention_backend_settable():
         assert getattr(spec.attention_backend, "name", spec.attention_backend) == CONFIG.engine.attention_backend
 
     e = CONFIG.engine
@@ -92,5 +93,5 @@ def test_smoke_engine_config(tmp_path, case):
         engine = EngineArgs(**cases.engine_kwargs(config, case, speculative=True)).create_engine_config()
     assert engine.speculative_config.method == case.method
     assert engine.model_config.model == case.target
-    if cases.drafter_backend_settable():
+    if compat.drafter_attention_backend_settable():
         assert getattr(engine.speculative_config.attention_backend, "name", None) == config.engine.attention_backend

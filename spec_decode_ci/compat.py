@@ -1,0 +1,183 @@
+"""What differs between the vLLM releases the harness supports: one function per difference, named for it.
+
+Each function probes the installed vLLM's code (a signature, a dataclass field, a module), never its version
+string, and is registered with the first release where the newer form appears (``DIFFERENCES``). Where neither
+the old nor the new form is present, it raises ``MissingVllmField`` naming what it looked for: a rename in a
+future vLLM then fails loudly here instead of dropping out of a check.
+
+Adding a vLLM release: add a function here for each new difference, with its ``since`` release; the native
+pipeline's compatibility lane (``compat_lane_releases``) then runs the tier on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+OLDEST = "0.20.0"  # the first release with PR #39546's fix
+NEWEST = "0.33.0"  # the newest release the tier is run on
+
+
+@dataclass(frozen=True)
+class Difference:
+    name: str
+    since: str  # the first release with the newer form
+    what: str
+
+
+DIFFERENCES: dict[str, Difference] = {}
+
+
+class MissingVllmField(RuntimeError):
+    """The installed vLLM lacks a field, class or module the harness reads, in every form it knows."""
+
+
+def difference(since: str, what: str) -> Callable[[Callable], Callable]:
+    def register(func: Callable) -> Callable:
+        DIFFERENCES[func.__name__] = Difference(func.__name__, since, what)
+        func.since = since
+        return func
+    return register
+
+
+def _version_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+def compat_lane_releases() -> tuple[str, ...]:
+    """The releases the compatibility lane runs: the oldest and newest claimed, and every release in between
+    where a difference appears (so each branch of this module runs on a release that takes it)."""
+    releases = {OLDEST, NEWEST, *(d.since for d in DIFFERENCES.values())}
+    return tuple(sorted(releases, key=_version_key))
+
+
+def require(owner: Any, *names: str, what: str) -> Any:
+    """The first of ``names`` that ``owner`` has; ``MissingVllmField`` naming all of them otherwise."""
+    for name in names:
+        if hasattr(owner, name):
+            return getattr(owner, name)
+    label = getattr(owner, "__name__", type(owner).__name__)
+    raise MissingVllmField(f"{what}: {label} has none of {', '.join(names)} (a vLLM change the harness "
+                           f"does not know; add it to spec_decode_ci.compat)")
+
+
+def require_fields(cls: type, names: Iterable[str]) -> None:
+    fields = {f.name for f in dataclasses.fields(cls)}
+    missing = [n for n in names if n not in fields]
+    if missing:
+        raise MissingVllmField(f"{cls.__module__}.{cls.__name__} has no field {', '.join(missing)} "
+                               f"(a vLLM change the harness does not know; add it to spec_decode_ci.compat)")
+
+
+def _has_field(cls: type, name: str) -> bool:
+    return name in {f.name for f in dataclasses.fields(cls)}
+
+
+# --- FlashInfer backend ---------------------------------------------------------------------------------------
+
+@difference("0.25.0", "supports_trtllm_attention(is_prefill) decides per phase; before, once for both")
+def trtllm_availability_per_phase() -> bool:
+    import vllm.utils.flashinfer as fi_utils
+
+    check = require(fi_utils, "supports_trtllm_attention", what="TRTLLM availability")
+    return "is_prefill" in inspect.signature(check).parameters
+
+
+@difference("0.25.0", "TRTLLM decode metadata class FlashInferTrtllmAPIDecode (was TRTLLMDecode)")
+def trtllm_decode_metadata_class(module) -> str:
+    names = ("FlashInferTrtllmAPIDecode", "TRTLLMDecode")
+    return require(module, *names, what="TRTLLM decode metadata class").__name__
+
+
+@difference("0.28.0", "TRTLLM decode metadata carries q_len_per_req (uniform spec-decode query length)")
+def decode_query_len_per_request(decode) -> int | None:
+    """The uniform query length the TRTLLM decode kernel is told, or None where the metadata has no such field."""
+    if dataclasses.is_dataclass(decode) and _has_field(type(decode), "q_len_per_req"):
+        return decode.q_len_per_req
+    return None
+
+
+@difference("0.29.0", "TRTLLM-gen varlen decode (use_trtllm_gen_varlen_decode); 0.30.0 adds XQA (use_xqa): "
+                      "decodes of different query lengths stay decodes")
+def decodes_may_be_ragged(builder) -> bool:
+    return bool(getattr(builder, "use_xqa", False) or getattr(builder, "use_trtllm_gen_varlen_decode", False))
+
+
+@difference("0.29.0", "CacheConfig.kv_cache_layout, resolved by the engine core at start-up; before, "
+                      "read from get_kv_cache_layout() when wrappers are made")
+def set_kv_cache_layout(vllm_config, layout: str) -> None:
+    if _has_field(type(vllm_config.cache_config), "kv_cache_layout"):
+        vllm_config.cache_config.kv_cache_layout = layout
+
+
+@difference("0.24.0", "page-locking decided once (PIN_MEMORY, CpuGpuBuffer's pin_memory default); before, "
+                      "by calling is_pin_memory_available()")
+def page_locking_switches(modules: Iterable[Any]) -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, value) patches that make every page-locking decision answer "no"."""
+    import vllm.utils.platform_utils as platform_utils
+    import vllm.v1.utils as v1_utils
+
+    patches: list[tuple[Any, str, Any]] = []
+    for module in (platform_utils, v1_utils, *modules):
+        for name, value in (("PIN_MEMORY", False), ("is_pin_memory_available", lambda: False)):
+            if hasattr(module, name):
+                patches.append((module, name, value))
+    if not patches:
+        raise MissingVllmField("page locking: none of PIN_MEMORY / is_pin_memory_available found in "
+                               "vllm.utils.platform_utils, vllm.v1.utils or the backend")
+    init = v1_utils.CpuGpuBuffer.__init__
+    if "pin_memory" in (init.__kwdefaults__ or {}):  # a default bound when vLLM was imported
+        patches.append((init, "__kwdefaults__", {**init.__kwdefaults__, "pin_memory": False}))
+    return patches
+
+
+INDPTR_ZEROING = r"paged_kv_indptr_prefill_gpu\[(?::1|0)\] = 0"
+
+
+@difference("0.21.0", "the prefill indptr's element 0 is zeroed as a slice ([:1] = 0, no host scalar copy); "
+                      "0.20.x stores a Python int ([0] = 0)")
+def indptr_zeroing_pattern() -> str:
+    """The source text of the TRTLLM prefill's indptr zeroing, in either release's form (self-check)."""
+    return INDPTR_ZEROING
+
+
+@difference("0.32.0", "cascade attention no longer forces the host copy of seq_lens (guard without use_cascade)")
+def seq_lens_guard_pattern() -> str:
+    """The source text of the host-copy guard, with or without the cascade term (self-check)."""
+    return r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm"
+
+
+# --- Metadata and configuration -------------------------------------------------------------------------------
+
+COMMON_METADATA_FIELDS = ("query_start_loc", "query_start_loc_cpu", "seq_lens", "seq_lens_cpu_upper_bound",
+                          "num_reqs", "num_actual_tokens", "max_query_len", "max_seq_len", "block_table_tensor",
+                          "slot_mapping", "causal")
+
+
+def common_attn_metadata(**fields: Any):
+    """A ``CommonAttentionMetadata`` from the fields every supported release has (all required by name)."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    require_fields(CommonAttentionMetadata, fields)
+    return CommonAttentionMetadata(**fields)
+
+
+@difference("0.21.0", "SpeculativeConfig.attention_backend: the drafter's backend can be pinned")
+def drafter_attention_backend_settable() -> bool:
+    from vllm.config import SpeculativeConfig
+
+    return _has_field(SpeculativeConfig, "attention_backend")
+
+
+@difference("0.25.0", "vllm.utils.gpu_sync_debug: vLLM's own GPU sync check (_SYNC_CHECK_MODE)")
+def vllm_sync_check_module():
+    """vLLM's own GPU sync check module, or None where this vLLM has none."""
+    try:
+        module = importlib.import_module("vllm.utils.gpu_sync_debug")
+    except ModuleNotFoundError:
+        return None
+    require(module, "_SYNC_CHECK_MODE", what="vLLM's GPU sync check mode")
+    return module

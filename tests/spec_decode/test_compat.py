@@ -1,0 +1,87 @@
+"""spec_decode_ci.compat: each release difference is probed on the installed vLLM, a missing field fails by
+name, and the compatibility lane covers every release a difference names."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+from spec_decode_ci import compat
+
+
+def test_lane_runs_oldest_newest_and_every_release_with_a_difference():
+    lane = compat.compat_lane_releases()
+    assert lane[0] == compat.OLDEST and lane[-1] == compat.NEWEST
+    assert {d.since for d in compat.DIFFERENCES.values()} <= set(lane)
+    assert list(lane) == sorted(set(lane), key=lambda r: tuple(map(int, r.split("."))))
+
+
+def test_every_difference_names_its_release_and_what_changed():
+    for name, diff in compat.DIFFERENCES.items():
+        assert callable(getattr(compat, name)) and getattr(compat, name).since == diff.since
+        assert re.fullmatch(r"\d+\.\d+\.\d+", diff.since) and diff.what, name
+
+
+def test_require_names_every_form_it_looked_for():
+    owner = types.SimpleNamespace(__name__="vllm.v1.attention.backends.flashinfer")
+    with pytest.raises(compat.MissingVllmField, match="has none of FlashInferTrtllmAPIDecode, TRTLLMDecode"):
+        compat.trtllm_decode_metadata_class(owner)
+    owner.TRTLLMDecode = type("TRTLLMDecode", (), {})
+    assert compat.trtllm_decode_metadata_class(owner) == "TRTLLMDecode"
+
+
+def test_require_fields_names_the_missing_field():
+    @dataclasses.dataclass
+    class Renamed:
+        seq_lens_host: int = 0
+
+    with pytest.raises(compat.MissingVllmField, match=r"Renamed has no field seq_lens_cpu_upper_bound"):
+        compat.require_fields(Renamed, ["seq_lens_host", "seq_lens_cpu_upper_bound"])
+
+
+def test_decode_query_len_is_none_only_without_the_field():
+    @dataclasses.dataclass
+    class WithField:
+        q_len_per_req: int
+
+    @dataclasses.dataclass
+    class WithoutField:
+        seq_lens: int
+
+    assert compat.decode_query_len_per_request(WithField(4)) == 4
+    assert compat.decode_query_len_per_request(WithoutField(4)) is None
+
+
+@pytest.mark.build_path
+def test_every_probe_answers_on_this_vllm(harness_cache):
+    """No probe raises on the installed vLLM, and each answers with the kind of value its callers use."""
+    import vllm.v1.attention.backends.flashinfer as fi_backend
+
+    assert isinstance(compat.trtllm_availability_per_phase(), bool)
+    assert compat.trtllm_decode_metadata_class(fi_backend) in ("FlashInferTrtllmAPIDecode", "TRTLLMDecode")
+    assert isinstance(compat.decodes_may_be_ragged(harness_cache().builder), bool)
+    assert compat.page_locking_switches(())
+    assert isinstance(compat.drafter_attention_backend_settable(), bool)
+    module = compat.vllm_sync_check_module()
+    assert module is None or hasattr(module, "_SYNC_CHECK_MODE")
+    source = Path(fi_backend.__file__).read_text()
+    assert len(re.findall(compat.indptr_zeroing_pattern(), source)) == 1
+    assert len(re.findall(compat.seq_lens_guard_pattern(), source)) == 1
+
+
+@pytest.mark.build_path
+def test_common_metadata_with_an_unknown_field_fails_by_name():
+    with pytest.raises(compat.MissingVllmField, match="has no field seq_lens_on_host"):
+        compat.common_attn_metadata(seq_lens_on_host=None)
+
+
+def test_readme_claims_the_releases_compat_runs():
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    if not readme.exists():
+        pytest.skip("README.md is not installed with the suites")
+    text = readme.read_text()
+    assert f"vLLM {compat.OLDEST}" in text and f"through {compat.NEWEST}" in text
