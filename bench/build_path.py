@@ -26,28 +26,19 @@ def tier_wall_time() -> float:
     return time.perf_counter() - start
 
 
-def random_batch(rng: random.Random, page: int, k: int):
-    from spec_decode_ci.flashinfer.batches import make_batch
-
-    n = rng.randint(1, 64)
-    decodes = rng.randint(0, n)
-    q = [1 + k] * decodes + [rng.randint(k + 2, 300) for _ in range(n - decodes)]
-    s = [min(4096, max(x, rng.randint(0, 4096 // page - 1) * page + rng.choice([-1, 0, 1, 5]))) for x in q]
-    return make_batch(q, s, page, seed=rng.randint(0, 1 << 16))
-
-
 def main() -> None:
     t0 = time.perf_counter()
-    from spec_decode_ci.flashinfer.batches import spec_decode_batch
+    from spec_decode_ci.flashinfer.batches import Choices, random_spec_decode_batch, spec_decode_batch
     from spec_decode_ci.flashinfer.harness import BuildHarness
     from spec_decode_ci.emulation import EmulatedGpu
-    from spec_decode_ci.sync import HostSyncSentinel
 
     harness = BuildHarness()
     print(f"vLLM import + real builder construction: {time.perf_counter() - t0:6.1f} s")
 
-    rng = random.Random(0)
-    batches = [random_batch(rng, 16, harness.options.num_spec_tokens) for _ in range(2000)]
+    choose = Choices(random.Random(0))
+    options = harness.options
+    batches = [random_spec_decode_batch(choose, options.page_size, options.num_spec_tokens, options.max_model_len)
+               for _ in range(2000)]
     start = time.perf_counter()
     for b in batches:
         harness.build(b)
@@ -60,9 +51,9 @@ def main() -> None:
                        ("all native", EmulatedGpu(trtllm_prefill=False, trtllm_decode=False))]:
         h = BuildHarness(gpu=gpu)
         for mix, (d, p) in {"decode-only": (4, 0), "prefill-only": (0, 4), "mixed": (4, 4)}.items():
-            sentinel = HostSyncSentinel()
-            h.build(spec_decode_batch(d, p, k, 16, seed=1, decode_query_len=h.decode_threshold), sentinel)
-            print(f"  {label:15s} {mix:13s} {len(sentinel.events)}")
+            result = h.build(spec_decode_batch(d, p, k, 16, seed=1, decode_query_len=h.decode_threshold),
+                             watch_syncs=True)
+            print(f"  {label:15s} {mix:13s} {len(result.syncs)}")
 
     print("CPU time of one build() (median of 50):")
     for d, p in [(1, 0), (8, 8), (32, 32), (0, 64)]:

@@ -205,6 +205,19 @@ def integer(minimum: int, maximum: int | None = None) -> Parse:
     return parse
 
 
+def number(minimum: float, maximum: float | None = None) -> Parse:
+    """An integer or decimal number in [minimum, maximum] (a boolean is not a number)."""
+    def parse(doc: Document, path: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or (
+            maximum is not None and value > maximum
+        ):
+            bound = f"≥ {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            raise doc.error(path, f"expected a number {bound}, got {value!r} ({_kind(value)})")
+        return float(value)
+
+    return parse
+
+
 def boolean(doc: Document, path: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise doc.error(path, f"expected true or false, got {value!r} ({_kind(value)})")
@@ -258,7 +271,7 @@ def plain_mapping(doc: Document, path: str, value: Any) -> dict[str, Any]:
     return value
 
 
-def _section(what: str) -> Parse:
+def section(what: str) -> Parse:
     return lambda doc, path, value: Section(doc, path, what)
 
 
@@ -384,27 +397,27 @@ def _steps(devices: dict[str, Device]) -> Parse:
 def parse_matrix(doc: Document) -> Matrix:
     """Turn a located document into a ``Matrix``, or raise a located ``InputError``."""
     top = Section(doc, "", "the hardware matrix", ("harness", "test_area", "buildkite", "devices", "steps", "suites"))
-    test_area = top.get("test_area", _section("test-area settings"), required=True)
+    test_area = top.get("test_area", section("test-area settings"), required=True)
     group = test_area.get("group", text)
     depends_on = test_area.get("depends_on", text_list())
     test_area.finish()
-    harness = top.get("harness", _section("the harness package"))
+    harness = top.get("harness", section("the harness package"))
     requirement = harness.get("requirement", text) if harness else None
     if harness:
         harness.finish()
-    buildkite = top.get("buildkite", _section("native Buildkite settings"))
+    buildkite = top.get("buildkite", section("native Buildkite settings"))
     setup_commands, junit_dir = (), "junit"
     if buildkite:
         setup_commands = buildkite.get("setup_commands", text_list(unique=False), default=())
         junit_dir = buildkite.get("junit_dir", text, default="junit")
         buildkite.finish()
 
-    devices_reader = top.get("devices", _section("devices by name"), required=True)
+    devices_reader = top.get("devices", section("devices by name"), required=True)
     devices = {name: _parse_device(doc, join("devices", name), name) for name in devices_reader.data}
 
     steps = top.get("steps", _steps(devices), default=())
 
-    suites_reader = top.get("suites", _section("suites by name"))
+    suites_reader = top.get("suites", section("suites by name"))
     suites = {}
     if suites_reader:
         suites = {name: _parse_suite(doc, join("suites", name), name, devices) for name in suites_reader.data}

@@ -37,19 +37,35 @@ def pytest_generate_tests(metafunc):
     """Each e2e suite class (a ``suite`` attribute) runs once per case of that suite."""
     suite = getattr(metafunc.cls, "suite", None)
     if suite and "case" in metafunc.fixturenames:
-        from spec_decode_ci.e2e import cases
-
-        suite_cases = cases.load().cases(suite)
+        suite_cases = e2e_config(metafunc.config).cases(suite)
         metafunc.parametrize("case", suite_cases, ids=[c.id for c in suite_cases])
 
 
+_E2E_CONFIG = pytest.StashKey()
+
+
+def e2e_config(pytest_config):
+    """The e2e suite configuration, resolved once per session (tiny models written where they can run)."""
+    if _E2E_CONFIG not in pytest_config.stash:
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from spec_decode_ci.e2e import cases
+        from spec_decode_ci.e2e.checks import resolve
+
+        root = Path(tempfile.mkdtemp(prefix="spec-decode-ci-tiny-models-"))
+        pytest_config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+        pytest_config.stash[_E2E_CONFIG] = resolve(cases.load(), root)
+    return pytest_config.stash[_E2E_CONFIG]
+
+
 @pytest.fixture(scope="class")
-def runs(tmp_path_factory):
+def runs(request):
     """The engine runs of an e2e suite class: one baseline and one speculative engine per case."""
-    from spec_decode_ci.e2e import cases
     from spec_decode_ci.e2e.checks import CaseRuns
 
-    return CaseRuns(cases.load(), tmp_path_factory.mktemp("tiny-models"))
+    return CaseRuns(e2e_config(request.config))
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from typing import Any
 
 from spec_decode_ci import compat
 from spec_decode_ci.generator.load import read_document
-from spec_decode_ci.generator.model import Section, boolean, integer, one_of, text, text_list
+from spec_decode_ci.generator.model import Section, boolean, integer, number, one_of, section, text, text_list
 from spec_decode_ci.e2e.tiny_models import FAMILIES
 
 CONFIG_PATH = Path(__file__).resolve().parent / "cases.yaml"
@@ -21,16 +21,8 @@ CONFIG_ENV = "SPEC_DECODE_E2E_CONFIG"
 METHODS = ("eagle", "eagle3", "mtp", "draft_model")
 
 
-def fraction(doc, path, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise doc.error(path, f"expected a number between 0 and 1, got {value!r}")
-    return float(value)
-
-
-def positive(doc, path, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise doc.error(path, f"expected a number >= 0, got {value!r}")
-    return float(value)
+fraction = number(0, 1)
+non_negative = number(0)
 
 
 @dataclass(frozen=True)
@@ -116,7 +108,7 @@ def _parse_case(doc, path: str, suite: str) -> Case:
         speculators=r.get("speculators", text),
         trust_remote_code=r.get("trust_remote_code", boolean, False),
         min_match_fraction=r.get("min_match_fraction", fraction, required=True),
-        min_acceptance_length=r.get("min_acceptance_length", positive),
+        min_acceptance_length=r.get("min_acceptance_length", non_negative),
         min_acceptance_length_ratio=r.get("min_acceptance_length_ratio", fraction),
         min_acceptance_rate=r.get("min_acceptance_rate", fraction),
     )
@@ -131,19 +123,19 @@ def _parse_case(doc, path: str, suite: str) -> Case:
 
 def _names(top: Section, key: str, what: str, value_reader) -> dict[str, str]:
     """An optional mapping of names to checked strings (tiny models and what they are)."""
-    section = top.get(key, lambda d, p, v: Section(d, p, what), None)
-    if section is None:
+    mapping = top.get(key, section(what), None)
+    if mapping is None:
         return {}
-    names = {name: value_reader(top.doc, f"{key}.{name}", value) for name, value in section.data.items()}
-    section.allowed += list(names)
-    section.finish()
+    names = {name: value_reader(top.doc, f"{key}.{name}", value) for name, value in mapping.data.items()}
+    mapping.allowed += list(names)
+    mapping.finish()
     return names
 
 
 def parse(path: Path) -> SuiteConfig:
     doc = read_document(path)
     top = Section(doc, "", "the end-to-end suite configuration")
-    engine = top.get("engine", lambda d, p, v: Section(d, p, "engine settings"), required=True)
+    engine = top.get("engine", section("engine settings"), required=True)
     settings = EngineSettings(
         attention_backend=engine.get("attention_backend", text, required=True),
         use_trtllm_attention=engine.get("use_trtllm_attention", boolean, required=True),
@@ -159,11 +151,11 @@ def parse(path: Path) -> SuiteConfig:
         requires=engine.get("requires", text_list(non_empty=True), required=True),
     )
     engine.finish()
-    sampling = top.get("sampling", lambda d, p, v: Section(d, p, "sampling settings"), required=True)
+    sampling = top.get("sampling", section("sampling settings"), required=True)
     max_tokens = sampling.get("max_tokens", integer(1), required=True)
     sampling.finish()
     prompts = top.get("prompts", text_list(non_empty=True), required=True)
-    suites_section = top.get("suites", lambda d, p, v: Section(d, p, "suites by name"), required=True)
+    suites_section = top.get("suites", section("suites by name"), required=True)
     suites: dict[str, tuple[Case, ...]] = {}
     for name, cases in suites_section.data.items():
         if not isinstance(cases, list) or not cases:

@@ -31,25 +31,32 @@ def missing_weights(case: Case) -> str | None:
     return None
 
 
-class CaseRuns:
-    """One baseline engine and one speculative engine per case, each run once per module."""
+def resolve(config: SuiteConfig, tiny_model_root: Path) -> SuiteConfig:
+    """The configuration as this machine runs it: tiny models written under ``tiny_model_root`` (random-weight
+    stand-ins, named in the config instead of hub ids) where the machine can run the cases; else unchanged."""
+    from spec_decode_ci import capabilities
 
-    def __init__(self, config: SuiteConfig, tiny_model_root: Path):
+    if not config.tiny_models or capabilities.missing(config.engine.requires):
+        return config
+    from spec_decode_ci.e2e.tiny_models import write_tiny_models
+
+    return config.with_models(write_tiny_models(tiny_model_root, config.tiny_models, config.tiny_eagle3_heads,
+                                                weights=True))
+
+
+class CaseRuns:
+    """One baseline engine and one speculative engine per case (of a resolved configuration), each run once."""
+
+    def __init__(self, config: SuiteConfig):
         from spec_decode_ci import capabilities
 
         reason = capabilities.missing(config.engine.requires)
         if reason:
             pytest.skip(reason)
-        if config.tiny_models:  # random-weight stand-ins, written here, named in the config instead of hub ids
-            from spec_decode_ci.e2e.tiny_models import write_tiny_models
-
-            config = config.with_models(write_tiny_models(tiny_model_root, config.tiny_models,
-                                                          config.tiny_eagle3_heads, weights=True))
         self.config = config
         self._runs: dict[tuple[str, bool], Run] = {}
 
     def get(self, case: Case, speculative: bool) -> Run:
-        case = next(c for c in self.config.cases(case.suite) if c.id == case.id)  # with tiny models in place
         key = (case.id, speculative)
         if key not in self._runs:
             reason = missing_weights(case)
@@ -99,6 +106,33 @@ def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None
         assert max(builds.syncs_per_build, default=0) <= 1, "\n".join(builds.syncs)
 
 
+def check_attention_backends(runs: CaseRuns, case: Case, record_property) -> None:
+    """Every attention layer, the drafter's included, runs the configured backend: a drafter that selects
+    another one (vLLM picks the drafter's backend itself unless the speculative config pins it) would leave
+    its metadata builds unobserved."""
+    spec = runs.get(case, True)
+    wanted = runs.config.engine.attention_backend
+    elsewhere = {layer: backend for layer, backend in spec.attention_backends.items() if backend != wanted}
+    record_property("attention_layers", len(spec.attention_backends))
+    record_property("layers_not_on_" + wanted.lower(), len(elsewhere))
+    assert spec.attention_backends, "no attention layers reported by the worker"
+    assert not elsewhere, f"layers not on {wanted}: {elsewhere}"
+
+
+E2E_SUITE_PACKAGE = "spec_decode_ci.suites.e2e"
+
+
+def e2e_suites() -> tuple[str, ...]:
+    """The e2e suites: the ``suite`` of every ``SuiteTests`` subclass in the suites' e2e package."""
+    import importlib
+    import pkgutil
+
+    package = importlib.import_module(E2E_SUITE_PACKAGE)
+    for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        importlib.import_module(module.name)
+    return tuple(dict.fromkeys(cls.suite for cls in SuiteTests.__subclasses__()))
+
+
 class SuiteTests:
     """The e2e tests of one suite; a module subclasses it with ``suite = "<name>"`` and gets one test per
     check and case (``case`` is parametrized from spec_decode_ci/e2e/cases.yaml, ``runs`` built, by the pytest plugin)."""
@@ -114,3 +148,6 @@ class SuiteTests:
 
     def test_mixed_batches_without_host_sync(self, runs, case, record_property):
         check_batches_and_syncs(runs, case, record_property)
+
+    def test_every_layer_on_the_configured_backend(self, runs, case, record_property):
+        check_attention_backends(runs, case, record_property)

@@ -38,6 +38,7 @@ class Run:
     builds: BuildLog
     counters: dict[str, float]
     wall_s: float
+    attention_backends: dict[str, str] = field(default_factory=dict)  # layer -> backend, target and drafter
 
     @property
     def acceptance_length(self) -> float:
@@ -89,6 +90,12 @@ def prompts(config: SuiteConfig) -> list:
     return [TokensPrompt(prompt_token_ids=[3 + b % 1000 for b in p.encode()]) for p in config.prompts]
 
 
+def attention_backends_of(worker) -> dict[str, str]:
+    """On a worker: the attention backend of every layer it runs, the drafter's included (its attention groups)."""
+    return {layer: group.backend.get_name() for groups in worker.model_runner.attn_groups for group in groups
+            for layer in group.layer_names}
+
+
 def _counters(llm) -> dict[str, float]:
     totals: dict[str, float] = {}
     for metric in llm.get_metrics():
@@ -108,10 +115,11 @@ def _free_gpu_memory() -> None:
 def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
     from vllm import LLM, SamplingParams
 
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the builder must run in this process to be observed
     log = BuildLog()
     start = time.perf_counter()
     with ExitStack() as stack:
+        # the builder must run in this process to be observed; the caller's environment is restored after
+        stack.enter_context(mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}))
         stack.enter_context(observed_builds(log))
         stack.enter_context(vllm_sync_check_errors())
         llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
@@ -120,8 +128,9 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
                                 detokenize=not tokens_only)
         outputs = llm.generate(prompts(config), params, use_tqdm=False)
         counters = _counters(llm) if speculative else {}
+        backends = {k: v for worker in llm.collective_rpc(attention_backends_of) for k, v in worker.items()}
     wall = time.perf_counter() - start
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     del llm, outputs
     _free_gpu_memory()  # the next engine of the module needs the memory
-    return Run(token_ids, log, counters, wall)
+    return Run(token_ids, log, counters, wall, backends)

@@ -33,9 +33,11 @@ class MiMoConfig(Qwen2Config):
 '''
 
 
-def _base(max_len: int) -> dict[str, Any]:
-    return {"hidden_size": HIDDEN, "intermediate_size": 2 * HIDDEN, "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "num_hidden_layers": LAYERS, "vocab_size": VOCAB,
+def _base(max_len: int, heads: int = HEADS, kv_heads: int = KV_HEADS, head_dim: int = HEAD_DIM,
+          layers: int = LAYERS) -> dict[str, Any]:
+    hidden = heads * head_dim
+    return {"hidden_size": hidden, "intermediate_size": 2 * hidden, "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_hidden_layers": layers, "vocab_size": VOCAB,
             "max_position_embeddings": max_len, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
             "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "rope_theta": 10000.0}
 
@@ -46,8 +48,10 @@ def _write(directory: Path, config: dict[str, Any]) -> Path:
     return directory
 
 
-def write_target(directory: Path, family: str, max_len: int = 4096) -> Path:
-    path = _write(directory, {**_base(max_len), **_FAMILIES[family]})
+def write_target(directory: Path, family: str, max_len: int = 4096, **shape: int) -> Path:
+    """A target's config.json; ``shape`` overrides heads, kv_heads, head_dim or layers (the build-path tier's
+    builder options)."""
+    path = _write(directory, {**_base(max_len, **shape), **_FAMILIES[family]})
     if family == "mimo":
         (directory / "configuration_mimo.py").write_text(_MIMO_CONFIG_CODE)
     return path

@@ -65,6 +65,39 @@ def spec_decode_batch(num_decodes: int, num_prefills: int, num_spec_tokens: int,
     return make_batch(query_lens, seq_lens, page_size, seed)
 
 
+class Choices:
+    """Where a random batch's choices come from: ``random.Random`` here, Hypothesis' ``draw`` in the tests."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    def integer(self, low: int, high: int) -> int:
+        return self.rng.randint(low, high)
+
+    def one_of(self, options: list[Any]) -> Any:
+        return self.rng.choice(options)
+
+
+def random_spec_decode_batch(choose: Choices, page_size: int, num_spec_tokens: int, max_seq_len: int,
+                             max_reqs: int = 64, max_prefill_query: int = 300) -> Batch:
+    """1..max_reqs requests: decodes (1..1+k query tokens, uniform or not) first, then prefills; seq lens on,
+    around and between page boundaries."""
+    threshold = 1 + num_spec_tokens
+    num_reqs = choose.integer(1, max_reqs)
+    num_decodes = choose.integer(0, num_reqs)
+    uniform = choose.one_of([True, False])
+    q_decode = choose.integer(1, threshold)
+    query_lens = [q_decode if uniform else choose.integer(1, threshold) for _ in range(num_decodes)]
+    query_lens += [choose.integer(threshold + 1, max_prefill_query) for _ in range(num_reqs - num_decodes)]
+    seq_lens = []
+    for q in query_lens:
+        pages = choose.integer(0, max_seq_len // page_size - 1)
+        edge = choose.one_of([-1, 0, 0, 1, None])
+        seq = pages * page_size + (edge if edge is not None else choose.integer(0, page_size - 1))
+        seq_lens.append(min(max_seq_len, max(q, seq)))
+    return make_batch(query_lens, seq_lens, page_size, seed=choose.integer(0, 2**16))
+
+
 @dataclass
 class DeviceBatch:
     """The ``CommonAttentionMetadata`` of a batch, and which of its tensors live on the device."""

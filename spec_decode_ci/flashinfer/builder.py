@@ -7,7 +7,6 @@ spec-decode settings (reorder threshold 1 + k) are vLLM's own.
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 from contextlib import ExitStack, contextmanager
@@ -20,6 +19,7 @@ from unittest import mock
 import torch
 
 from spec_decode_ci import compat
+from spec_decode_ci.e2e.tiny_models import write_target
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, emulated_platform
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
@@ -37,27 +37,6 @@ class BuilderOptions:
     kv_cache_layout: str = "HND"  # TRTLLM kernels read HND
 
 
-def write_tiny_model(directory: Path, options: BuilderOptions) -> Path:
-    """A one-layer Llama ``config.json``: enough for vLLM's ModelConfig, nothing to download."""
-    directory.mkdir(parents=True, exist_ok=True)
-    config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": options.num_heads * options.head_size, "intermediate_size": 256,
-        "num_attention_heads": options.num_heads, "num_key_value_heads": options.num_kv_heads,
-        "head_dim": options.head_size, "num_hidden_layers": 1, "vocab_size": 512,
-        "max_position_embeddings": options.max_model_len, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5,
-        "bos_token_id": 1, "eos_token_id": 2,
-    }
-    (directory / "config.json").write_text(json.dumps(config, indent=1))
-    return directory
-
-
-@lru_cache(maxsize=None)
-def _model_dir(options: BuilderOptions) -> Path:
-    base = Path(tempfile.mkdtemp(prefix="spec-decode-ci-tiny-"))
-    return write_tiny_model(base / "tiny-llama", options)
-
-
 def engine_args_kwargs(model_dir: Path, options: BuilderOptions) -> dict[str, Any]:
     kwargs: dict[str, Any] = dict(
         model=str(model_dir), skip_tokenizer_init=True, block_size=options.page_size,
@@ -72,10 +51,14 @@ def engine_args_kwargs(model_dir: Path, options: BuilderOptions) -> dict[str, An
 
 @lru_cache(maxsize=None)
 def make_vllm_config(options: BuilderOptions):
+    """vLLM's config for a one-layer tiny Llama of the options' attention shape (the model directory is only
+    read while the config is made)."""
     from vllm.engine.arg_utils import EngineArgs
 
-    with emulated_platform(BLACKWELL):
-        config = EngineArgs(**engine_args_kwargs(_model_dir(options), options)).create_engine_config()
+    with tempfile.TemporaryDirectory(prefix="spec-decode-ci-tiny-") as base, emulated_platform(BLACKWELL):
+        model_dir = write_target(Path(base) / "tiny-llama", "llama", options.max_model_len, heads=options.num_heads,
+                                 kv_heads=options.num_kv_heads, head_dim=options.head_size, layers=1)
+        config = EngineArgs(**engine_args_kwargs(model_dir, options)).create_engine_config()
     compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
     return config
 

@@ -172,7 +172,9 @@ class BuildHarness:
             stack.enter_context(mock.patch.object(m, name, cls))
         return stack
 
-    def build(self, batch: Batch, sentinel: HostSyncSentinel | None = None) -> BuildResult:
+    def build(self, batch: Batch, watch_syncs: bool = False) -> BuildResult:
+        """``build()`` on ``batch``; with ``watch_syncs``, under a fresh host-sync sentinel (and, on a GPU, CUDA's
+        sync debug mode) whose events the result carries."""
         if batch.page_size != self.options.page_size:
             raise ValueError(f"batch page size {batch.page_size} != builder page size {self.options.page_size}")
         max_pages = cdiv(self.options.max_model_len, self.options.page_size)
@@ -180,10 +182,10 @@ class BuildHarness:
         self._plans.clear()
         cuda_syncs = None
         with builder_context(self.vllm_config, self.gpu, self.module), self._kernel_fakes():
+            sentinel = HostSyncSentinel(device_objects=(self.device,)) if watch_syncs else None
             if sentinel is None:
                 metadata = self.builder.build(0, device_batch.common)
             else:
-                sentinel.device_objects += (self.device,)
                 sentinel.tag(*device_batch.device_tensors.values())
                 sentinel.tag(*(t for _, t, on_device in persistent_buffers(self.builder) if on_device))
                 with sentinel, cuda_sync_warnings() as cuda_syncs:

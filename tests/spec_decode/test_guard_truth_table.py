@@ -1,4 +1,4 @@
-"""Test 1: the all-TRTLLM guard. Which metadata each phase gets, and host syncs exactly when not all TRTLLM.
+"""The all-TRTLLM guard. Which metadata each phase gets, and host syncs exactly when not all TRTLLM.
 
 PR #39546's first bug: a mixed prefill + decode batch that runs entirely on TRTLLM still copied
 ``seq_lens`` to the host, because the guard only exempted decode-only batches.
@@ -12,7 +12,6 @@ import pytest
 
 from spec_decode_ci.flashinfer.batches import spec_decode_batch
 from spec_decode_ci.emulation import EmulatedGpu
-from spec_decode_ci.sync import HostSyncSentinel
 
 pytestmark = pytest.mark.build_path
 
@@ -41,8 +40,7 @@ def test_guard(harness_cache, case):
     # A decode has at most the builder's reorder threshold of query tokens: 1 + k with a TRTLLM decode, else 1.
     batch = spec_decode_batch(3 if has_decode else 0, 2 if has_prefill else 0, k, harness.options.page_size,
                               seed=7, decode_query_len=harness.decode_threshold)
-    sentinel = HostSyncSentinel()
-    result = harness.build(batch, sentinel)
+    result = harness.build(batch, watch_syncs=True)
     m = result.metadata
 
     assert (m.num_decodes, m.num_prefills) == (3 if has_decode else 0, 2 if has_prefill else 0), batch.describe()

@@ -1,4 +1,4 @@
-"""Test 5: the native FlashInfer path. What the builder hands the wrappers' ``plan()`` (indptr, indices,
+"""The native FlashInfer path. What the builder hands the wrappers' ``plan()`` (indptr, indices,
 last-page lengths, qo indptr) describes exactly the reference pages of each request."""
 
 from __future__ import annotations

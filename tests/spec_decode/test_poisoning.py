@@ -1,4 +1,4 @@
-"""Test 3: poisoning differential. Fill every persistent buffer the builder owns with garbage before
+"""Poisoning differential. Fill every persistent buffer the builder owns with garbage before
 ``build()``, twice with different patterns: what the kernels are handed must not change, and must equal
 the reference.
 

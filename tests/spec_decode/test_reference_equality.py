@@ -1,4 +1,4 @@
-"""Test 2: every TRTLLM field equals a value computed independently from the batch."""
+"""Every TRTLLM field equals a value computed independently from the batch."""
 
 from __future__ import annotations
 

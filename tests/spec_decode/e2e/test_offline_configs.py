@@ -12,13 +12,13 @@ import pytest
 
 from spec_decode_ci import compat
 from spec_decode_ci.e2e import cases, fake_hub
+from spec_decode_ci.e2e.checks import e2e_suites
 from spec_decode_ci.emulation import emulated_platform
 
 pytestmark = pytest.mark.e2e_offline
 
 CONFIG = cases.load()
-E2E_SUITES = ("eagle", "speculators_mtp", "draft_model")
-CASES = [case for suite in E2E_SUITES for case in CONFIG.cases(suite)]
+CASES = [case for suite in e2e_suites() for case in CONFIG.cases(suite)]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def engine_config(case, speculative: bool):
 
 
 def test_every_e2e_suite_has_cases():
-    assert all(CONFIG.cases(s) for s in E2E_SUITES)
+    assert e2e_suites() and all(CONFIG.cases(s) for s in e2e_suites())
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.suite}-{c.id}" for c in CASES])
@@ -59,7 +59,13 @@ def test_engine_config(hub, case):
         assert names(hub, spec.model, case.speculators or case.draft)
     assert spec.draft_model_config is not None
     if compat.drafter_attention_backend_settable():
-        assert getattr(spec.attention_backend, "name", spec.attention_backend) == CONFIG.engine.attention_backend
+        pinned = getattr(spec.attention_backend, "name", spec.attention_backend)
+        dropped = (": for a speculators-format checkpoint this vLLM replaces the speculative config with the "
+                   "checkpoint's own, dropping the override; the drafter then selects its backend itself (the "
+                   "e2e check test_every_layer_on_the_configured_backend reports which)") if case.speculators else ""
+        assert pinned == CONFIG.engine.attention_backend, (
+            f"drafter attention backend {pinned!r}, not the {CONFIG.engine.attention_backend} passed in "
+            f"speculative_config{dropped}")
 
     e = CONFIG.engine
     assert config.attention_config.backend.name == e.attention_backend
@@ -77,18 +83,25 @@ def test_baseline_engine_config_has_no_speculation(hub, case):
 
 
 SMOKE = cases.load(str(cases.SMOKE_CONFIG_PATH))
-SMOKE_CASES = [case for suite in SMOKE.suites for case in SMOKE.cases(suite)]
+SMOKE_CASES = [(suite, i) for suite in SMOKE.suites for i in range(len(SMOKE.cases(suite)))]
 
 
-@pytest.mark.parametrize("case", SMOKE_CASES, ids=[f"smoke-{c.suite}-{c.id}" for c in SMOKE_CASES])
-def test_smoke_engine_config(tmp_path, case):
-    """The GPU smoke's cases too, with its tiny models as local directories (configs only)."""
-    from vllm.engine.arg_utils import EngineArgs
-
+@pytest.fixture(scope="module")
+def smoke_config(tmp_path_factory):
+    """The GPU smoke's configuration with its tiny models as local directories (configs only)."""
     from spec_decode_ci.e2e.tiny_models import write_tiny_models
 
-    config = SMOKE.with_models(write_tiny_models(tmp_path, SMOKE.tiny_models, SMOKE.tiny_eagle3_heads, weights=False))
-    case = next(c for c in config.cases(case.suite) if c.id == case.id)
+    root = tmp_path_factory.mktemp("tiny-models")
+    return SMOKE.with_models(write_tiny_models(root, SMOKE.tiny_models, SMOKE.tiny_eagle3_heads, weights=False))
+
+
+@pytest.mark.parametrize("suite,index", SMOKE_CASES,
+                         ids=[f"smoke-{s}-{SMOKE.cases(s)[i].id}" for s, i in SMOKE_CASES])
+def test_smoke_engine_config(smoke_config, suite, index):
+    """The GPU smoke's cases build their engine configuration too."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    config, case = smoke_config, smoke_config.cases(suite)[index]
     with emulated_platform():
         engine = EngineArgs(**cases.engine_kwargs(config, case, speculative=True)).create_engine_config()
     assert engine.speculative_config.method == case.method
