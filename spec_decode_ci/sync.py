@@ -44,6 +44,9 @@ _COPY = {T.copy_}
 _INDEX = {T.__getitem__}
 _SETITEM = {T.__setitem__}
 _REPEAT_INTERLEAVE = {torch.repeat_interleave, T.repeat_interleave}
+_WHERE = {torch.where, T.where}
+_FILL_VALUE_READ = {torch.full_like}
+_FROM_DATA = {torch.tensor, torch.as_tensor}  # host data copied to ``device=``
 
 
 @dataclass(frozen=True)
@@ -108,19 +111,40 @@ class HostSyncSentinel(TorchFunctionMode):
         if self._paused:
             return func(*args, **kwargs)
         tagged_input = self._any_tagged(args, kwargs)
-        if tagged_input:
-            reason = self._sync_reason(func, args, kwargs)
+        onto_device = self._onto_device(func, args, kwargs)
+        if tagged_input or onto_device:
+            reason = self._sync_reason(func, args, kwargs) if tagged_input else self._upload_reason(func, args, kwargs)
             if reason:
                 self._record(reason)
         out = func(*args, **kwargs)
-        if tagged_input and (func in _HOST_COPY or func in _TO) and self.is_tagged(out) and \
-                self._moves_to_host(func, args, kwargs):
-            out = out.clone()  # on a CPU `.cpu()` returns the tensor itself; a real transfer makes a host copy
-        if tagged_input and not self._moves_to_host(func, args, kwargs):
+        moves_to_host = tagged_input and self._moves_to_host(func, args, kwargs)
+        if (moves_to_host or onto_device) and isinstance(out, torch.Tensor) and (
+                self.is_tagged(out) or out is (args[0] if args else None)):
+            out = out.clone()  # on a CPU a transfer may return its input; a real one makes a copy on the other side
+        if (tagged_input and not moves_to_host) or onto_device:
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
                     self._tagged[t] = True
         return out
+
+    def _onto_device(self, func, args, kwargs) -> bool:
+        """A host value made into a device tensor: a factory given ``device=`` the device, or ``.to(device)`` of a
+        host tensor."""
+        if self._is_device(kwargs.get("device")):
+            return True
+        return func in _TO and bool(args) and not self.is_tagged(args[0]) and self._is_device(self._to_target(args,
+                                                                                                            kwargs))
+
+    def _is_device(self, target: Any) -> bool:
+        return target is not None and any(target is d for d in self.device_objects)
+
+    @staticmethod
+    def _upload_reason(func, args, kwargs) -> str | None:
+        if func in _TO and not (kwargs.get("non_blocking") or any(a is True for a in args[1:])):
+            return "Tensor.to(device) of a host tensor (blocking host-to-device copy)"
+        if func in _FROM_DATA and args and _has_data(args[0]):
+            return f"torch.{func.__name__}(host data, device=) (blocking host-to-device copy)"
+        return None
 
     def _sync_reason(self, func, args, kwargs) -> str | None:
         name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
@@ -138,19 +162,72 @@ class HostSyncSentinel(TorchFunctionMode):
             return "Tensor.copy_ into a host tensor (blocking device-to-host copy)"
         if func in _COPY and self._from_host(args[0], args[1]) and not _non_blocking(args, kwargs, position=2):
             return "Tensor.copy_ from a host tensor (blocking host-to-device copy)"
-        if func in _INDEX and self._tagged_mask(args[1]):
-            return "boolean-mask indexing (data-dependent output size)"
         if func in (_INDEX | _SETITEM) and self._tagged_slice_bound(args[1]):
             return "slice bound read from a device tensor (value read on the host)"
-        if func in _SETITEM and self._tagged_mask(args[1]):
-            return "boolean-mask assignment (data-dependent index)"
-        if func in _SETITEM and not self.is_tagged(args[0]) and self.is_tagged(args[2]):
-            return "assignment of a device value into a host tensor (blocking copy)"
-        if func in _SETITEM and self._from_host(args[0], args[2]):
-            return "assignment of a host tensor into a device tensor (blocking host-to-device copy)"
+        if func in _INDEX:
+            return self._index_reason(args[0], args[1])
+        if func in _SETITEM:
+            return self._setitem_reason(*args[:3])
         if func in _REPEAT_INTERLEAVE and self._repeats_from_data(args, kwargs):
             return "repeat_interleave without output_size (data-dependent output size)"
+        if func in _WHERE and any(isinstance(a, torch.Tensor) and not self.is_tagged(a) and a.dim() == 0
+                                  for a in tree_flatten((args, kwargs))[0]):
+            return "torch.where with a host 0-dim tensor (blocking host-to-device copy)"
+        if func in _FILL_VALUE_READ and self.is_tagged(kwargs.get("fill_value", args[1] if len(args) > 1 else None)):
+            return f"{name} with a device fill value (value read on the host)"
         return None
+
+    def _index_kind(self, index: Any) -> str:
+        """How the index reaches the device: ``host_data`` (a list or host index tensor, copied over),
+        ``device_scalar`` (a 0-dim device integer, read as a Python int), ``device_mask``, ``advanced`` (a device
+        index tensor or host mask) or ``basic`` (ints, slices, ellipsis, None)."""
+        items = index if isinstance(index, tuple) else (index,)
+        kinds = set()
+        for i in items:
+            if isinstance(i, list):
+                kinds.add("host_data")
+            elif isinstance(i, torch.Tensor):
+                if self.is_tagged(i):
+                    kinds.add("device_mask" if i.dtype == torch.bool else
+                              "device_scalar" if i.dim() == 0 else "advanced")
+                elif i.dtype != torch.bool and i.dim() > 0:
+                    kinds.add("host_data")
+                elif i.dtype == torch.bool:
+                    kinds.add("advanced")
+        return next((k for k in ("host_data", "device_scalar", "device_mask", "advanced") if k in kinds), "basic")
+
+    def _index_reason(self, tensor: Any, index: Any) -> str | None:
+        if not self.is_tagged(tensor):
+            return None
+        return {
+            "host_data": "indexing with a host list or index tensor (blocking host-to-device copy)",
+            "device_scalar": "indexing with a 0-dim device tensor (value read on the host)",
+            "device_mask": "boolean-mask indexing (data-dependent output size)",
+        }.get(self._index_kind(index))
+
+    def _setitem_reason(self, dest: Any, index: Any, value: Any) -> str | None:
+        device_value = self.is_tagged(value)
+        if not self.is_tagged(dest):
+            return "assignment of a device value into a host tensor (blocking copy)" if device_value else None
+        kind = self._index_kind(index)
+        if kind == "host_data":
+            return "assignment through a host list or index tensor (blocking host-to-device copy)"
+        if kind == "device_scalar":
+            return "assignment through a 0-dim device index (value read on the host)"
+        if kind == "device_mask":
+            return "boolean-mask assignment of a device value (data-dependent index)" if device_value else None
+        if device_value:
+            return None
+        if kind == "advanced" or self._selects_one_element(dest, index):
+            # index_put_ / copy_ into one element: the host value is uploaded from pageable memory
+            return "assignment of a host value through an element or index tensor (blocking host-to-device copy)"
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return "assignment of a host tensor into a device tensor (blocking host-to-device copy)"
+        return None  # a scalar into a slice is a fill on the device
+
+    def _selects_one_element(self, dest: torch.Tensor, index: Any) -> bool:
+        with self.paused():
+            return dest[index].dim() == 0
 
     def _into_host(self, args) -> bool:
         return not self.is_tagged(args[0]) and self.is_tagged(args[1])
@@ -166,14 +243,19 @@ class HostSyncSentinel(TorchFunctionMode):
             return not self.is_tagged(args[0])  # the destination decides where the result lives
         return func in _TO and self._to_host(args, kwargs)
 
-    def _to_host(self, args, kwargs) -> bool:
+    @staticmethod
+    def _to_target(args, kwargs) -> Any:
         target = kwargs.get("device")
         for a in args[1:]:
             if isinstance(a, (str, torch.device)):
                 target = a
             elif isinstance(a, torch.Tensor):
                 target = a.device
-        if target is None or any(target is d for d in self.device_objects):
+        return target
+
+    def _to_host(self, args, kwargs) -> bool:
+        target = self._to_target(args, kwargs)
+        if target is None or self._is_device(target):
             return False
         return torch.device(target).type == "cpu"
 
@@ -211,6 +293,12 @@ def outside_sentinels() -> Iterator[None]:
         for sentinel in list(_ACTIVE):
             stack.enter_context(sentinel.paused())
         yield
+
+
+def _has_data(data: Any) -> bool:
+    if isinstance(data, torch.Tensor):
+        return data.numel() > 0
+    return not isinstance(data, (list, tuple)) or len(data) > 0
 
 
 def _non_blocking(args, kwargs, position: int) -> bool:
