@@ -150,6 +150,60 @@ def seq_lens_guard_pattern() -> str:
     return r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm"
 
 
+@dataclass(frozen=True)
+class CudaGraphPadding:
+    """How vLLM's GPU model runner fills the requests and tokens it adds to reach a captured CUDA-graph size:
+    padded requests have no query tokens (``query_start_loc`` repeats its last entry), ``seq_len`` and
+    block-table rows of ``block_id``; padded tokens map to ``slot``; ``num_actual_tokens`` counts them."""
+
+    seq_len: int
+    block_id: int
+    slot: int
+
+
+_RUNNER_PADDING_RULES = {
+    "padded requests have no query tokens": r"query_start_loc\.np\[num_reqs \+ 1 ?:\]\.fill\(cu_num_tokens\[-1\]\)",
+    "padded requests have seq_len 0": r"self\.seq_lens\[num_reqs:\]\.fill_\(0\)",
+    "padded block-table rows hold NULL_BLOCK_ID": r"\[num_reqs:num_reqs_padded\]\.fill_\(NULL_BLOCK_ID\)",
+    "padded tokens map to slot -1 (PAD_SLOT_ID)": r"slot_mapping\[num_tokens_unpadded:num_tokens_padded\]\.fill_\(-1\)",
+    "num_actual_tokens counts padded tokens": r"num_actual_tokens=num_tokens_padded",
+}
+
+
+def cudagraph_padding() -> CudaGraphPadding:
+    """The runner's padding rules, read from the installed vLLM's ``gpu_model_runner`` source (not imported); a
+    rule no longer found there fails by name."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from vllm.v1.attention.backends import utils
+
+    source = Path(importlib.util.find_spec("vllm.v1.worker.gpu_model_runner").origin).read_text()
+    missing = [rule for rule, pattern in _RUNNER_PADDING_RULES.items() if not re.search(pattern, source)]
+    if missing:
+        raise MissingVllmField(f"vLLM's GPU model runner no longer shows how it pads to a CUDA-graph size: "
+                               f"{'; '.join(missing)} (update spec_decode_ci.compat)")
+    return CudaGraphPadding(seq_len=0, block_id=require(utils, "NULL_BLOCK_ID", what="padding block id"),
+                            slot=require(utils, "PAD_SLOT_ID", what="padding slot id"))
+
+
+@difference("0.28.0", "the TRTLLM decode metadata tells the kernel each request's queries (q_len_per_req; "
+                      "q_cu_seq_lens for ragged or padded batches); before, forward() divided the decode tokens "
+                      "by the decode requests")
+def decode_query_ranges(metadata) -> list[tuple[int, int]]:
+    """The query-token range the TRTLLM decode kernel reads for each decode request."""
+    decode, n = metadata.decode, metadata.num_decodes
+    cu = getattr(decode, "q_cu_seq_lens", None) if dataclasses.is_dataclass(decode) else None
+    if cu is not None:
+        bounds = cu.tolist()
+        return [(bounds[i], bounds[i + 1]) for i in range(n)]
+    q = decode_query_len_per_request(decode)
+    if q is None:  # forward(): q_len_per_req = num_decode_tokens // num_decodes, or 1 if that does not divide
+        q = metadata.num_decode_tokens // n if metadata.num_decode_tokens % n == 0 else 1
+    return [(i * q, (i + 1) * q) for i in range(n)]
+
+
 # --- Metadata and configuration -------------------------------------------------------------------------------
 
 COMMON_METADATA_FIELDS = ("query_start_loc", "query_start_loc_cpu", "seq_lens", "seq_lens_cpu_upper_bound",

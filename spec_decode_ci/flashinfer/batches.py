@@ -7,6 +7,7 @@ a stale buffer cannot match the reference by accident.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +27,14 @@ class Batch:
     seq_lens: tuple[int, ...]  # context + this step's query tokens
     page_size: int
     block_table: tuple[tuple[int, ...], ...]  # the request's page ids, ceil(seq_len / page_size) of them
+    # CUDA-graph padding (vLLM's runner pads a batch to a captured size): zero-length requests after the real
+    # ones, and tokens after the real ones that belong to no request.
+    padded_reqs: int = 0
+    padded_tokens: int = 0
 
     @property
     def num_reqs(self) -> int:
+        """Real requests (the padded ones are not counted)."""
         return len(self.query_lens)
 
     @property
@@ -36,7 +42,9 @@ class Batch:
         return sum(self.query_lens)
 
     def describe(self) -> str:
-        return f"q={list(self.query_lens)} seq={list(self.seq_lens)} page={self.page_size}"
+        padding = f" +{self.padded_reqs} padded reqs +{self.padded_tokens} padded tokens" if (
+            self.padded_reqs or self.padded_tokens) else ""
+        return f"q={list(self.query_lens)} seq={list(self.seq_lens)} page={self.page_size}{padding}"
 
 
 def make_batch(query_lens: list[int], seq_lens: list[int], page_size: int, seed: int = 0) -> Batch:
@@ -98,6 +106,22 @@ def random_spec_decode_batch(choose: Choices, page_size: int, num_spec_tokens: i
     return make_batch(query_lens, seq_lens, page_size, seed=choose.integer(0, 2**16))
 
 
+def padded_to_cuda_graph(batch: Batch, num_tokens_padded: int, uniform_query_len: int, max_num_seqs: int) -> Batch:
+    """``batch`` as vLLM's runner hands it to ``build()`` when replaying a CUDA graph captured for
+    ``num_tokens_padded`` tokens: a uniform decode batch (every query ``uniform_query_len`` tokens, a FULL graph)
+    gets ``min(num_tokens_padded // uniform_query_len, max_num_seqs)`` requests, the extra ones of length zero;
+    any other batch keeps its requests and only its token count is padded (the dispatcher's rule)."""
+    if num_tokens_padded < batch.num_tokens:
+        raise ValueError(f"cannot pad {batch.num_tokens} tokens to {num_tokens_padded}")
+    padded_reqs = 0
+    if all(q == uniform_query_len for q in batch.query_lens):
+        if num_tokens_padded % uniform_query_len:
+            raise ValueError(f"a uniform decode graph of {num_tokens_padded} tokens needs a multiple of "
+                             f"{uniform_query_len}")
+        padded_reqs = min(num_tokens_padded // uniform_query_len, max_num_seqs) - batch.num_reqs
+    return dataclasses.replace(batch, padded_reqs=padded_reqs, padded_tokens=num_tokens_padded - batch.num_tokens)
+
+
 @dataclass
 class DeviceBatch:
     """The ``CommonAttentionMetadata`` of a batch, and which of its tensors live on the device."""
@@ -107,28 +131,36 @@ class DeviceBatch:
 
 
 def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: int) -> DeviceBatch:
+    """The batch as vLLM's runner lays it out; padded requests and tokens are filled by the runner's rules
+    (``compat.cudagraph_padding``)."""
+    pad = compat.cudagraph_padding() if batch.padded_reqs or batch.padded_tokens else None
     query_start = [0]
     for q in batch.query_lens:
         query_start.append(query_start[-1] + q)
-    table = torch.zeros(batch.num_reqs, max_pages_per_req, dtype=torch.int32)
+    query_start += [query_start[-1]] * batch.padded_reqs  # zero-length requests
+    seq_lens = list(batch.seq_lens) + [pad.seq_len] * batch.padded_reqs if pad else list(batch.seq_lens)
+    table = torch.zeros(batch.num_reqs + batch.padded_reqs, max_pages_per_req, dtype=torch.int32)
     for i, row in enumerate(batch.block_table):
         table[i, :len(row)] = torch.tensor(row, dtype=torch.int32)
+    if pad:
+        table[batch.num_reqs:] = pad.block_id
     slots = []
     for q, s, row in zip(batch.query_lens, batch.seq_lens, batch.block_table):
         slots += [row[pos // batch.page_size] * batch.page_size + pos % batch.page_size for pos in range(s - q, s)]
+    slots += [pad.slot] * batch.padded_tokens if pad else []
 
     host = {
         "query_start_loc_cpu": torch.tensor(query_start, dtype=torch.int32),
         # exact here; the runner's is an upper bound under async scheduling. No exact host seq_lens is given:
         # a path that needs them must copy them from the device, which is the sync the guard avoids.
-        "seq_lens_cpu_upper_bound": torch.tensor(batch.seq_lens, dtype=torch.int32),
+        "seq_lens_cpu_upper_bound": torch.tensor(seq_lens, dtype=torch.int32),
     }
     device_tensors = {
         "query_start_loc": torch.tensor(query_start, dtype=torch.int32, device=device),
-        "seq_lens": torch.tensor(batch.seq_lens, dtype=torch.int32, device=device),
+        "seq_lens": torch.tensor(seq_lens, dtype=torch.int32, device=device),
         "block_table_tensor": table.to(device),
         "slot_mapping": torch.tensor(slots, dtype=torch.int64, device=device),
     }
-    scalars = {"num_reqs": batch.num_reqs, "num_actual_tokens": batch.num_tokens,
+    scalars = {"num_reqs": batch.num_reqs + batch.padded_reqs, "num_actual_tokens": batch.num_tokens + batch.padded_tokens,
                "max_query_len": max(batch.query_lens), "max_seq_len": max(batch.seq_lens), "causal": True}
     return DeviceBatch(compat.common_attn_metadata(**host, **device_tensors, **scalars), device_tensors)

@@ -146,8 +146,18 @@ class BuildHarness:
                                     ("BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper")}
         self.vllm_config = make_vllm_config(self.options)
         self.device = builder_device()
+        self.builder = self.fresh_builder()
+
+    def fresh_builder(self):
+        """A new real builder of the same options (one that has built nothing yet)."""
         with self._kernel_fakes():
-            self.builder = make_builder(self.options, self.gpu, module=self.module, device=self.device)
+            return make_builder(self.options, self.gpu, module=self.module, device=self.device)
+
+    def device_batch(self, batch: Batch) -> DeviceBatch:
+        """The ``CommonAttentionMetadata`` ``build()`` is given for ``batch`` (a new one each call)."""
+        if batch.page_size != self.options.page_size:
+            raise ValueError(f"batch page size {batch.page_size} != builder page size {self.options.page_size}")
+        return common_attn_metadata(batch, self.device, cdiv(self.options.max_model_len, self.options.page_size))
 
     @property
     def trtllm_decode_class(self) -> str:
@@ -172,23 +182,21 @@ class BuildHarness:
             stack.enter_context(mock.patch.object(m, name, cls))
         return stack
 
-    def build(self, batch: Batch, watch_syncs: bool = False) -> BuildResult:
-        """``build()`` on ``batch``; with ``watch_syncs``, under a fresh host-sync sentinel (and, on a GPU, CUDA's
-        sync debug mode) whose events the result carries."""
-        if batch.page_size != self.options.page_size:
-            raise ValueError(f"batch page size {batch.page_size} != builder page size {self.options.page_size}")
-        max_pages = cdiv(self.options.max_model_len, self.options.page_size)
-        device_batch = common_attn_metadata(batch, self.device, max_pages)
+    def build(self, batch: Batch, watch_syncs: bool = False, builder: Any = None) -> BuildResult:
+        """``build()`` of ``builder`` (default: the harness's) on ``batch``; with ``watch_syncs``, under a fresh
+        host-sync sentinel (and, on a GPU, CUDA's sync debug mode) whose events the result carries."""
+        builder = builder or self.builder
+        device_batch = self.device_batch(batch)
         self._plans.clear()
         cuda_syncs = None
         with builder_context(self.vllm_config, self.gpu, self.module), self._kernel_fakes():
             sentinel = HostSyncSentinel(device_objects=(self.device,)) if watch_syncs else None
             if sentinel is None:
-                metadata = self.builder.build(0, device_batch.common)
+                metadata = builder.build(0, device_batch.common)
             else:
                 sentinel.tag(*device_batch.device_tensors.values())
-                sentinel.tag(*(t for _, t, on_device in persistent_buffers(self.builder) if on_device))
+                sentinel.tag(*(t for _, t, on_device in persistent_buffers(builder) if on_device))
                 with sentinel, cuda_sync_warnings() as cuda_syncs:
-                    metadata = self.builder.build(0, device_batch.common)
+                    metadata = builder.build(0, device_batch.common)
         return BuildResult(metadata, device_batch, list(self._plans), sentinel,
                            cuda_syncs if self.device.type == "cuda" else None)

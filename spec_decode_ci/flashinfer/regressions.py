@@ -14,6 +14,7 @@ import re
 import types
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 from spec_decode_ci import compat
 
@@ -26,6 +27,9 @@ class Regression:
     description: str
     pattern: str  # regular expression matched once in vLLM's source
     replacement: str
+    # Whether this vLLM has the code the regression undoes (a structural probe of the module, never a version):
+    # a release without it has the bug natively, and the tier's verdict on that release says so.
+    present: Callable[[types.ModuleType], bool] = lambda module: True
 
 
 REGRESSIONS = {
@@ -45,6 +49,29 @@ REGRESSIONS = {
             r"\n[ \t]*" + compat.indptr_zeroing_pattern() + r"\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
             r"\s*dim=0,\s*out=paged_kv_indptr_prefill_gpu\[1:\],?\s*\)",
             "",
+        ),
+        Regression(
+            "padded_decode_query_len",
+            "a padded spec-decode batch (zero-length requests after a CUDA-graph replay) described to the TRTLLM "
+            "decode kernel by tokens / requests instead of each request's query offsets",
+            r"return max_q_len, qo_indptr\[: num_decodes \+ 1\], None",
+            "return q_len_per_req, None, None",
+            present=lambda module: hasattr(module.FlashInferMetadataBuilder, "_compute_decode_query_lens"),
+        ),
+        Regression(
+            "inputs_mutated",
+            "build() subtracts the prefills' query lengths from the shared host seq_lens in place",
+            r"\n(?P<indent>[ \t]*)qo_indptr_cpu = common_attn_metadata\.query_start_loc_cpu\n",
+            "\n\\g<indent>qo_indptr_cpu = common_attn_metadata.query_start_loc_cpu\n"
+            "\\g<indent>common_attn_metadata.seq_lens_cpu_upper_bound[num_decodes:] -= "
+            "qo_indptr_cpu[num_decodes + 1:] - qo_indptr_cpu[num_decodes:-1]\n",
+        ),
+        Regression(
+            "state_carried",
+            "build() keeps the largest max_seq_len seen in a builder attribute and describes later batches with it",
+            r"\n(?P<indent>[ \t]*)max_seq_len = common_attn_metadata\.max_seq_len\n",
+            "\n\\g<indent>self._max_seq_len_seen = max(getattr(self, '_max_seq_len_seen', 0), "
+            "common_attn_metadata.max_seq_len)\n\\g<indent>max_seq_len = self._max_seq_len_seen\n",
         ),
         # The control: vLLM's source compiled into a copy unchanged. The tier must stay green on it.
         Regression("none", "no change (control for the copying itself)", r"\A", ""),

@@ -1,0 +1,74 @@
+"""``build()`` leaves the shared ``CommonAttentionMetadata`` as it found it (device and host halves), and carries
+nothing from one batch to the next: along a random sequence of batches, each batch's metadata and the builder's
+settings equal what a fresh builder gives for that batch alone.
+
+vLLM shipped both: prefill-adjusted lengths written into the cached host ``seq_lens`` that other KV-cache groups
+reuse, and builder attributes assigned in ``build()`` that later builds read.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.flashinfer import metadata_view
+from spec_decode_ci.flashinfer.batches import Choices, padded_to_cuda_graph, random_spec_decode_batch, spec_decode_batch
+from spec_decode_ci.flashinfer.isolation import builder_settings, metadata_changes, metadata_fields
+
+pytestmark = pytest.mark.build_path
+
+PHASES = [("trtllm", "trtllm"), ("native", "trtllm"), ("trtllm", "native"), ("native", "native")]
+
+
+def emulated(prefill: str, decode: str) -> EmulatedGpu:
+    return EmulatedGpu(trtllm_prefill=prefill == "trtllm", trtllm_decode=decode == "trtllm")
+
+
+def batches(harness):
+    k, page, q = harness.options.num_spec_tokens, harness.options.page_size, harness.decode_threshold
+    yield "mixed", spec_decode_batch(3, 3, k, page, seed=21, decode_query_len=q)
+    yield "decode-only", spec_decode_batch(4, 0, k, page, seed=22, decode_query_len=q)
+    yield "prefill-only", spec_decode_batch(0, 3, k, page, seed=23)
+    yield "padded-decodes", padded_to_cuda_graph(spec_decode_batch(3, 0, k, page, seed=24, decode_query_len=q),
+                                                 5 * q, q, harness.options.max_num_seqs)
+    mixed = spec_decode_batch(2, 2, k, page, seed=25, decode_query_len=q)
+    yield "padded-mixed", padded_to_cuda_graph(mixed, mixed.num_tokens + 3, q, harness.options.max_num_seqs)
+
+
+@pytest.mark.parametrize("prefill,decode", PHASES, ids=[f"prefill={p}-decode={d}" for p, d in PHASES])
+def test_build_leaves_its_inputs_untouched(harness_cache, prefill, decode):
+    harness = harness_cache(gpu=emulated(prefill, decode))
+    for name, batch in batches(harness):
+        before = metadata_fields(harness.device_batch(batch).common)
+        result = harness.build(batch)
+        changes = metadata_changes(before, result.device_batch.common, harness.device_batch(batch).common)
+        assert not changes, f"{name} ({batch.describe()}): build() changed its input:\n" + "\n".join(changes)
+
+
+def random_sequence(harness, seed: int, length: int):
+    choose = Choices(random.Random(seed))
+    o = harness.options
+    for i in range(length):
+        batch = random_spec_decode_batch(choose, o.page_size, o.num_spec_tokens, o.max_model_len, max_reqs=24)
+        if i % 3 == 2:  # every third batch as a CUDA-graph replay pads it
+            uniform = all(x == harness.decode_threshold for x in batch.query_lens)
+            tokens = batch.num_tokens + (harness.decode_threshold * 2 if uniform else 5)
+            batch = padded_to_cuda_graph(batch, tokens, harness.decode_threshold, o.max_num_seqs)
+        yield batch
+
+
+@pytest.mark.parametrize("prefill,decode", PHASES, ids=[f"prefill={p}-decode={d}" for p, d in PHASES])
+def test_no_state_carried_between_builds(harness_cache, prefill, decode):
+    harness = harness_cache(gpu=emulated(prefill, decode))
+    long_lived = harness.fresh_builder()
+    for i, batch in enumerate(random_sequence(harness, seed=PHASES.index((prefill, decode)), length=12)):
+        fresh = harness.fresh_builder()
+        alone = metadata_view.snapshot(harness.build(batch, builder=fresh), batch)
+        in_sequence = metadata_view.snapshot(harness.build(batch, builder=long_lived), batch)
+        assert in_sequence == alone, f"batch {i} ({batch.describe()}) depends on the batches before it"
+        settings, fresh_settings = builder_settings(long_lived), builder_settings(fresh)
+        changed = {k: (settings.get(k), fresh_settings.get(k)) for k in settings.keys() | fresh_settings.keys()
+                   if settings.get(k) != fresh_settings.get(k)}
+        assert not changed, f"batch {i}: builder settings differ from a fresh builder's (sequence, fresh): {changed}"

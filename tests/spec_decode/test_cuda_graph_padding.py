@@ -1,0 +1,87 @@
+"""Batches padded to a CUDA-graph capture size, as vLLM's runner hands them to ``build()``: zero-length requests
+after a uniform spec-decode batch, padded tokens after a mixed one. ``build()`` must accept them, and the TRTLLM
+fields must let the kernels read exactly the real requests' queries and pages (vLLM issues #31594, #32626,
+#33450: the decode query length was derived from tokens / requests, or asserted on).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spec_decode_ci import compat
+from spec_decode_ci.flashinfer import metadata_view, reference
+from spec_decode_ci.flashinfer.batches import make_batch, padded_to_cuda_graph, spec_decode_batch
+
+pytestmark = pytest.mark.build_path
+
+
+def padded_batches(k: int, page: int, max_num_seqs: int):
+    """(name, batch): uniform decodes padded by 1..5 requests, or to more tokens than ``max_num_seqs`` requests
+    of 1 + k hold (the request count is capped, so tokens / requests is not 1 + k); mixed batches padded by a
+    few tokens."""
+    q = 1 + k
+    for real, padded_reqs in [(1, 1), (3, 1), (3, 5), (6, 2), (2, 6)]:
+        batch = spec_decode_batch(real, 0, k, page, seed=real + 10 * padded_reqs)
+        yield f"decodes={real}+{padded_reqs}", padded_to_cuda_graph(batch, (real + padded_reqs) * q, q, max_num_seqs)
+    for real in (max_num_seqs - 4, max_num_seqs - 1):
+        batch = spec_decode_batch(real, 0, k, page, seed=real)
+        yield f"decodes={real}-capped", padded_to_cuda_graph(batch, (max_num_seqs + 20) * q, q, max_num_seqs)
+    mixed = spec_decode_batch(3, 2, k, page, seed=4)
+    yield "mixed+tokens", padded_to_cuda_graph(mixed, mixed.num_tokens + 5, q, max_num_seqs)
+    boundary = make_batch([q, q], [page, page + 1], page, seed=9)
+    yield "page-boundary-decodes+1", padded_to_cuda_graph(boundary, 3 * q, q, max_num_seqs)
+
+
+def real_query_ranges(batch, num_decodes: int) -> list[tuple[int, int]]:
+    start = reference.cumulative(batch.query_lens)
+    return [(start[i], start[i + 1]) for i in range(min(num_decodes, batch.num_reqs))]
+
+
+@pytest.mark.parametrize("page", [16, 64])
+def test_padded_batches_describe_exactly_the_real_requests(harness_cache, page):
+    from spec_decode_ci.flashinfer.builder import BuilderOptions
+
+    harness = harness_cache(BuilderOptions(page_size=page))
+    k = harness.options.num_spec_tokens
+    for name, batch in padded_batches(k, page, harness.options.max_num_seqs):
+        result = harness.build(batch, watch_syncs=True)  # an assertion in build() fails here, with the batch
+        m = result.metadata
+        real = reference.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+        assert m.num_prefills == real.num_prefills, name
+        # padded tokens ride with the prefill tokens (num_actual_tokens counts them), never with real decodes
+        assert m.num_prefill_tokens in (real.num_prefill_tokens, real.num_prefill_tokens + batch.padded_tokens), name
+        assert m.num_decodes in (real.num_decodes, real.num_decodes + batch.padded_reqs), name
+        assert result.syncs == [], f"{name}: " + "\n".join(map(str, result.syncs))
+        if real.num_prefills:
+            assert metadata_view.trtllm_prefill(result, batch) == reference.trtllm_prefill(batch, real), (
+                name, batch.describe())
+        if not real.num_decodes:
+            continue
+        ranges = compat.decode_query_ranges(m)
+        assert ranges[:real.num_decodes] == real_query_ranges(batch, real.num_decodes), (
+            f"{name}: the decode kernel would read queries {ranges} for {batch.describe()}")
+        seq_lens = metadata_view.as_list(m.decode.seq_lens)
+        assert seq_lens[:real.num_decodes] == list(batch.seq_lens[:real.num_decodes]), name
+        assert all(s == compat.cudagraph_padding().seq_len for s in seq_lens[real.num_decodes:]), name
+        view = metadata_view.trtllm_decode(result, batch)
+        assert view.block_tables == reference.trtllm_decode(batch, real).block_tables, name
+
+
+def test_padding_follows_the_runner():
+    """The padded layout: zero-length requests and padded tokens filled as vLLM's runner fills them."""
+    from spec_decode_ci.flashinfer.batches import common_attn_metadata
+
+    import torch
+
+    pad = compat.cudagraph_padding()
+    batch = padded_to_cuda_graph(make_batch([4, 4, 4], [20, 5, 33], 16), 20, 4, max_num_seqs=64)
+    assert (batch.padded_reqs, batch.padded_tokens) == (2, 8)
+    common = common_attn_metadata(batch, torch.device("cpu"), 8).common
+    assert common.query_start_loc_cpu.tolist() == [0, 4, 8, 12, 12, 12]
+    assert common.num_reqs == 5 and common.num_actual_tokens == 20
+    assert common.seq_lens.tolist() == [20, 5, 33, pad.seq_len, pad.seq_len]
+    assert (common.block_table_tensor[3:] == pad.block_id).all() and common.slot_mapping[12:].eq(pad.slot).all()
+    mixed = padded_to_cuda_graph(make_batch([4, 9], [4, 30], 16), 16, 4, max_num_seqs=64)
+    assert (mixed.padded_reqs, mixed.padded_tokens) == (0, 3)
+    capped = padded_to_cuda_graph(make_batch([4] * 3, [9] * 3, 16), 24, 4, max_num_seqs=4)
+    assert (capped.padded_reqs, capped.padded_tokens) == (1, 12)
