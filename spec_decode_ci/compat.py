@@ -115,14 +115,14 @@ def set_kv_cache_layout(vllm_config, layout: str) -> None:
 
 @difference("0.24.0", "page-locking decided once (PIN_MEMORY, CpuGpuBuffer's pin_memory default); before, "
                       "by calling is_pin_memory_available()")
-def page_locking_switches(modules: Iterable[Any]) -> list[tuple[Any, str, Any]]:
-    """(owner, attribute, value) patches that make every page-locking decision answer "no"."""
+def page_locking_switches(modules: Iterable[Any], available: bool = False) -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, value) patches that make every page-locking decision answer ``available``."""
     import vllm.utils.platform_utils as platform_utils
     import vllm.v1.utils as v1_utils
 
     patches: list[tuple[Any, str, Any]] = []
     for module in (platform_utils, v1_utils, *modules):
-        for name, value in (("PIN_MEMORY", False), ("is_pin_memory_available", lambda: False)):
+        for name, value in (("PIN_MEMORY", available), ("is_pin_memory_available", lambda: available)):
             if hasattr(module, name):
                 patches.append((module, name, value))
     if not patches:
@@ -130,7 +130,7 @@ def page_locking_switches(modules: Iterable[Any]) -> list[tuple[Any, str, Any]]:
                                "vllm.utils.platform_utils, vllm.v1.utils or the backend")
     init = v1_utils.CpuGpuBuffer.__init__
     if "pin_memory" in (init.__kwdefaults__ or {}):  # a default bound when vLLM was imported
-        patches.append((init, "__kwdefaults__", {**init.__kwdefaults__, "pin_memory": False}))
+        patches.append((init, "__kwdefaults__", {**init.__kwdefaults__, "pin_memory": available}))
     return patches
 
 

@@ -11,12 +11,14 @@ emulated capability; the per-phase switch can only take a kernel away, never add
 
 from __future__ import annotations
 
+import weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 from unittest import mock
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from spec_decode_ci import compat
 
@@ -26,6 +28,9 @@ class EmulatedGpu:
     capability: tuple[int, int] = (10, 0)
     trtllm_prefill: bool = True
     trtllm_decode: bool = True
+    # On a machine without CUDA: whether host memory can be page-locked (a CUDA driver's service). Off, vLLM
+    # takes its pageable paths; on, page-locking is emulated (``PageLocking``) so what vLLM pins can be checked.
+    page_locking: bool = False
 
     @property
     def name(self) -> str:
@@ -35,6 +40,38 @@ class EmulatedGpu:
 
 
 BLACKWELL = EmulatedGpu()
+
+
+_PAGE_LOCKED: dict[int, "weakref.ref[torch.Tensor]"] = {}  # storage address -> a tensor owning it
+
+
+class PageLocking(TorchFunctionMode):
+    """Emulated page-locked host memory on a machine without CUDA (the driver's service): ``pin_memory=True`` and
+    ``Tensor.pin_memory()`` give ordinary host memory that is remembered as page-locked; ``is_pinned()`` and
+    ``is_page_locked`` answer from that record (views share their storage's answer)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.is_pinned:
+            return is_page_locked(args[0])
+        if func is torch.Tensor.pin_memory:
+            return _remember(args[0].clone())  # the mode is off inside its own handler
+        if kwargs.get("pin_memory") is True:
+            return _remember(func(*args, **{**kwargs, "pin_memory": False}))
+        return func(*args, **kwargs)
+
+
+def _remember(tensor: torch.Tensor) -> torch.Tensor:
+    _PAGE_LOCKED[tensor.untyped_storage().data_ptr()] = weakref.ref(tensor)
+    return tensor
+
+
+def is_page_locked(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s memory is page-locked: CUDA's answer, or the emulated record without CUDA."""
+    if torch.cuda.is_available():
+        return tensor.is_pinned()
+    owner = _PAGE_LOCKED.get(tensor.untyped_storage().data_ptr())
+    return owner is not None and owner() is not None
 
 
 class UnsupportedEmulation(Exception):
@@ -70,11 +107,15 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
         if not torch.cuda.is_available():
             # Hardware boundary: a CPU-only box reports no device type, and vLLM's DeviceConfig then fails.
             stack.enter_context(mock.patch.object(platform_cls, "device_type", "cuda"))
-            # Hardware boundary: page-locked host memory needs a CUDA driver; every place vLLM decides it says "no".
+            # Hardware boundary: page-locked host memory needs a CUDA driver; every place vLLM decides it says
+            # what the emulated machine offers, and with page-locking on, the page-locking is emulated.
+            available = gpu.page_locking
             stack.enter_context(mock.patch.object(platform_cls, "is_pin_memory_available",
-                                                  classmethod(lambda cls: False)))
-            for owner, name, value in compat.page_locking_switches((fi_utils, fi_backend, *extra_modules)):
+                                                  classmethod(lambda cls: available)))
+            for owner, name, value in compat.page_locking_switches((fi_utils, fi_backend, *extra_modules), available):
                 stack.enter_context(mock.patch.object(owner, name, value))
+            if available:
+                stack.enter_context(PageLocking())
         # Hardware boundary: TRTLLM cubins count as present (the real check downloads from NVIDIA).
         stack.enter_context(mock.patch.object(fi_utils, "has_nvidia_artifactory", lambda: True))
         for module in (fi_utils, fi_backend, *extra_modules):

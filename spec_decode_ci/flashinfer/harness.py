@@ -21,7 +21,7 @@ from spec_decode_ci.flashinfer.batches import Batch, DeviceBatch, cdiv, common_a
 from spec_decode_ci.flashinfer.builder import (
     BuilderOptions, builder_context, builder_device, make_builder, make_vllm_config,
 )
-from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu
+from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, is_page_locked
 from spec_decode_ci.sync import HostSyncSentinel, cuda_sync_warnings, outside_sentinels
 
 
@@ -39,10 +39,19 @@ class CopyPageIndicesOnHost:
         return launch
 
 
+# plan() arguments FlashInfer copies from the host to its device buffers with non_blocking=True (native and DCP
+# prefill, decode): pageable memory there makes the "asynchronous" copy block the host.
+PLAN_HOST_INPUTS = frozenset({
+    "qo_indptr", "paged_kv_indptr", "paged_kv_last_page_len", "seq_lens", "indptr", "last_page_len",
+    "qo_indptr_cpu", "paged_kv_indptr_cpu", "paged_kv_last_page_len_cpu", "kv_lens_cpu",
+})
+
+
 @dataclass
 class PlanCall:
     wrapper: str
     kwargs: dict[str, Any]
+    host_inputs_page_locked: dict[str, bool] = field(default_factory=dict)
 
 
 def recording_wrapper(real_cls: type, calls: list[PlanCall]) -> type:
@@ -58,8 +67,10 @@ def recording_wrapper(real_cls: type, calls: list[PlanCall]) -> type:
 
         def plan(self, *args, **kwargs):
             with outside_sentinels():
+                locked = {k: is_page_locked(v) for k, v in kwargs.items()
+                          if k in PLAN_HOST_INPUTS and isinstance(v, torch.Tensor)}
                 copied = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
-            calls.append(PlanCall(real_cls.__name__, {"args": args, **copied}))
+            calls.append(PlanCall(real_cls.__name__, {"args": args, **copied}, locked))
 
     RecordingWrapper.__name__ = RecordingWrapper.__qualname__ = real_cls.__name__
     return RecordingWrapper

@@ -73,6 +73,14 @@ REGRESSIONS = {
             "\n\\g<indent>self._max_seq_len_seen = max(getattr(self, '_max_seq_len_seen', 0), "
             "common_attn_metadata.max_seq_len)\n\\g<indent>max_seq_len = self._max_seq_len_seen\n",
         ),
+        Regression(
+            "pageable_plan_inputs",
+            "the native prefill's plan() inputs handed over in the reused pageable host buffers, not staged in "
+            "page-locked memory",
+            r"if PIN_MEMORY:(?P<body>\s+qo_indptr_prefill_cpu = qo_indptr_prefill_cpu\.pin_memory\(\))",
+            "if False:\\g<body>",
+            present=lambda module: "qo_indptr_prefill_cpu.pin_memory()" in inspect.getsource(module),
+        ),
         # The control: vLLM's source compiled into a copy unchanged. The tier must stay green on it.
         Regression("none", "no change (control for the copying itself)", r"\A", ""),
     ]

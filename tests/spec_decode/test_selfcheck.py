@@ -15,7 +15,7 @@ from spec_decode_ci.flashinfer.regressions import ENV, REGRESSIONS, patched_back
 pytestmark = pytest.mark.selfcheck
 TIER = [f"spec_decode_ci.suites.{module}" for module in
         ("test_guard_truth_table", "test_reference_equality", "test_poisoning", "test_properties",
-         "test_cuda_graph_padding", "test_build_isolation")]
+         "test_cuda_graph_padding", "test_build_isolation", "test_page_locked_plan_inputs")]
 
 # What must go red under each regression (a subset of what does).
 MUST_FAIL = {
@@ -28,6 +28,8 @@ MUST_FAIL = {
                        "test_build_leaves_its_inputs_untouched[prefill=native-decode=native]"],
     "state_carried": ["test_no_state_carried_between_builds[prefill=trtllm-decode=trtllm]",
                       "test_no_state_carried_between_builds[prefill=native-decode=native]"],
+    "pageable_plan_inputs": ["test_plan_host_inputs_are_page_locked[mixed]",
+                             "test_plan_host_inputs_are_page_locked[prefill-only]"],
     "none": [],
 }
 
