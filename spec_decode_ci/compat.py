@@ -204,6 +204,39 @@ def decode_query_ranges(metadata) -> list[tuple[int, int]]:
     return [(i * q, (i + 1) * q) for i in range(n)]
 
 
+@difference("0.31.0", "the builder asks get_dcp_world_size_and_rank(kv_cache_spec.dcp_sharded) for its DCP "
+                      "rank; before, get_dcp_group()")
+def dcp_group_patches(module, world_size: int, rank: int) -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, value) patches that make ``module``'s builder rank ``rank`` of a DCP group."""
+    from types import SimpleNamespace
+
+    if hasattr(module, "get_dcp_world_size_and_rank"):
+        return [(module, "get_dcp_world_size_and_rank",
+                 lambda enabled=True: (world_size, rank) if enabled else (1, 0))]
+    require(module, "get_dcp_group", what="the DCP process group")
+    return [(module, "get_dcp_group", lambda: SimpleNamespace(world_size=world_size, rank_in_group=rank))]
+
+
+def dcp_sharded_spec_kwargs(sharded: bool) -> dict[str, Any]:
+    """``FullAttentionSpec`` keywords for a DCP-sharded KV cache (the field exists where the builder reads it)."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    return {"dcp_sharded": True} if sharded and _has_field(FullAttentionSpec, "dcp_sharded") else {}
+
+
+@difference("0.30.0", "the runner's host copy of the DCP-local seq lens is an upper bound "
+                      "(dcp_local_seq_lens_cpu_upper_bound; was dcp_local_seq_lens_cpu)")
+def dcp_local_seq_lens_fields(device_lens, host_lens) -> dict[str, Any]:
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    names = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    host = next((n for n in ("dcp_local_seq_lens_cpu_upper_bound", "dcp_local_seq_lens_cpu") if n in names), None)
+    if host is None or "dcp_local_seq_lens" not in names:
+        raise MissingVllmField("CommonAttentionMetadata has no dcp_local_seq_lens / dcp_local_seq_lens_cpu"
+                               "[_upper_bound] (update spec_decode_ci.compat)")
+    return {"dcp_local_seq_lens": device_lens, host: host_lens}
+
+
 # --- Metadata and configuration -------------------------------------------------------------------------------
 
 COMMON_METADATA_FIELDS = ("query_start_loc", "query_start_loc_cpu", "seq_lens", "seq_lens_cpu_upper_bound",

@@ -130,7 +130,8 @@ class DeviceBatch:
     device_tensors: dict[str, torch.Tensor]
 
 
-def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: int) -> DeviceBatch:
+def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: int,
+                         dcp_local_lens: list[int] | None = None) -> DeviceBatch:
     """The batch as vLLM's runner lays it out; padded requests and tokens are filled by the runner's rules
     (``compat.cudagraph_padding``)."""
     pad = compat.cudagraph_padding() if batch.padded_reqs or batch.padded_tokens else None
@@ -163,4 +164,10 @@ def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: 
     }
     scalars = {"num_reqs": batch.num_reqs + batch.padded_reqs, "num_actual_tokens": batch.num_tokens + batch.padded_tokens,
                "max_query_len": max(batch.query_lens), "max_seq_len": max(batch.seq_lens), "causal": True}
+    if dcp_local_lens is not None:  # the runner's rank-local lengths, padded requests 0 as their seq lens
+        local = list(dcp_local_lens) + [0] * batch.padded_reqs
+        fields = compat.dcp_local_seq_lens_fields(torch.tensor(local, dtype=torch.int32, device=device),
+                                                  torch.tensor(local, dtype=torch.int32))
+        device_tensors["dcp_local_seq_lens"] = fields["dcp_local_seq_lens"]
+        host.update({k: v for k, v in fields.items() if k != "dcp_local_seq_lens"})
     return DeviceBatch(compat.common_attn_metadata(**host, **device_tensors, **scalars), device_tensors)

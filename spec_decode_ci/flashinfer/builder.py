@@ -7,6 +7,7 @@ spec-decode settings (reorder threshold 1 + k) are vLLM's own.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 from contextlib import ExitStack, contextmanager
@@ -35,6 +36,10 @@ class BuilderOptions:
     max_num_seqs: int = 64
     max_model_len: int = 4096
     kv_cache_layout: str = "HND"  # TRTLLM kernels read HND
+    # Decode context parallel: this builder is rank ``dcp_rank`` of ``dcp_world_size`` (1: no DCP), emulated at
+    # the process-group boundary.
+    dcp_world_size: int = 1
+    dcp_rank: int = 0
 
 
 def engine_args_kwargs(model_dir: Path, options: BuilderOptions) -> dict[str, Any]:
@@ -49,10 +54,14 @@ def engine_args_kwargs(model_dir: Path, options: BuilderOptions) -> dict[str, An
     return kwargs
 
 
-@lru_cache(maxsize=None)
 def make_vllm_config(options: BuilderOptions):
     """vLLM's config for a one-layer tiny Llama of the options' attention shape (the model directory is only
-    read while the config is made)."""
+    read while the config is made); one per DCP group, whatever the rank."""
+    return _vllm_config(dataclasses.replace(options, dcp_rank=0))
+
+
+@lru_cache(maxsize=None)
+def _vllm_config(options: BuilderOptions):
     from vllm.engine.arg_utils import EngineArgs
 
     with tempfile.TemporaryDirectory(prefix="spec-decode-ci-tiny-") as base, emulated_platform(BLACKWELL):
@@ -60,6 +69,7 @@ def make_vllm_config(options: BuilderOptions):
                                  kv_heads=options.num_kv_heads, head_dim=options.head_size, layers=1)
         config = EngineArgs(**engine_args_kwargs(model_dir, options)).create_engine_config()
     compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
+    config.parallel_config.decode_context_parallel_size = options.dcp_world_size  # TP stays 1: no group to split
     return config
 
 
@@ -68,13 +78,21 @@ def builder_device() -> torch.device:
 
 
 @contextmanager
-def builder_context(vllm_config, gpu: EmulatedGpu, module=None) -> Iterator[None]:
-    """What ``build()`` runs under: the emulated platform and vLLM's current config."""
+def builder_context(vllm_config, gpu: EmulatedGpu, module=None, options: BuilderOptions | None = None
+                    ) -> Iterator[None]:
+    """What ``build()`` runs under: the emulated platform, vLLM's current config and, with DCP, the rank's
+    process group."""
     from vllm.config import set_current_vllm_config
 
     with ExitStack() as stack:
         stack.enter_context(emulated_platform(gpu, extra_modules=(module,) if module is not None else ()))
         stack.enter_context(set_current_vllm_config(vllm_config))
+        if options is not None and options.dcp_world_size > 1:
+            if module is None:
+                import vllm.v1.attention.backends.flashinfer as module
+            # Process-group boundary: this process is one rank of a DCP group of the options' size.
+            for owner, name, value in compat.dcp_group_patches(module, options.dcp_world_size, options.dcp_rank):
+                stack.enter_context(mock.patch.object(owner, name, value))
         yield
 
 
@@ -98,8 +116,9 @@ def make_builder(options: BuilderOptions = BuilderOptions(), gpu: EmulatedGpu = 
 
     vllm_config = make_vllm_config(options)
     spec = FullAttentionSpec(block_size=options.page_size, num_kv_heads=options.num_kv_heads,
-                             head_size=options.head_size, dtype=torch.bfloat16)
-    with builder_context(vllm_config, gpu, module), mock.patch.object(
+                             head_size=options.head_size, dtype=torch.bfloat16,
+                             **compat.dcp_sharded_spec_kwargs(options.dcp_world_size > 1))
+    with builder_context(vllm_config, gpu, module, options), mock.patch.object(
         module, "get_per_layer_parameters", lambda *a, **k: _per_layer_parameters(options)
     ):
         return module.FlashInferMetadataBuilder(spec, [LAYER_NAME], vllm_config, device or builder_device())

@@ -17,6 +17,7 @@ from unittest import mock
 import torch
 
 from spec_decode_ci import compat
+from spec_decode_ci.flashinfer.reference import dcp_local_len
 from spec_decode_ci.flashinfer.batches import Batch, DeviceBatch, cdiv, common_attn_metadata
 from spec_decode_ci.flashinfer.builder import (
     BuilderOptions, builder_context, builder_device, make_builder, make_vllm_config,
@@ -154,7 +155,8 @@ class BuildHarness:
             self.module = module
         self._plans: list[PlanCall] = []
         self._recording_wrappers = {n: recording_wrapper(getattr(self.module, n), self._plans) for n in
-                                    ("BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper")}
+                                    ("BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper",
+                                     "BatchPrefillWithRaggedKVCacheWrapper") if hasattr(self.module, n)}
         self.vllm_config = make_vllm_config(self.options)
         self.device = builder_device()
         self.builder = self.fresh_builder()
@@ -168,7 +170,10 @@ class BuildHarness:
         """The ``CommonAttentionMetadata`` ``build()`` is given for ``batch`` (a new one each call)."""
         if batch.page_size != self.options.page_size:
             raise ValueError(f"batch page size {batch.page_size} != builder page size {self.options.page_size}")
-        return common_attn_metadata(batch, self.device, cdiv(self.options.max_model_len, self.options.page_size))
+        o = self.options
+        local = [dcp_local_len(s, o.dcp_world_size, o.dcp_rank, self.builder.dcp_kv_cache_interleave_size)
+                 for s in batch.seq_lens] if o.dcp_world_size > 1 else None
+        return common_attn_metadata(batch, self.device, cdiv(o.max_model_len, o.page_size), local)
 
     @property
     def trtllm_decode_class(self) -> str:
@@ -200,8 +205,11 @@ class BuildHarness:
         device_batch = self.device_batch(batch)
         self._plans.clear()
         cuda_syncs = None
-        with builder_context(self.vllm_config, self.gpu, self.module), self._kernel_fakes():
-            sentinel = HostSyncSentinel(device_objects=(self.device,)) if watch_syncs else None
+        with builder_context(self.vllm_config, self.gpu, self.module, self.options), self._kernel_fakes():
+            # On a CPU the sentinel also keeps device and host apart: a device-to-host copy returns a new tensor,
+            # as it does on a GPU, instead of the device tensor itself.
+            sentinel = HostSyncSentinel(device_objects=(self.device,)) if watch_syncs or self.device.type == "cpu" \
+                else None
             if sentinel is None:
                 metadata = builder.build(0, device_batch.common)
             else:
@@ -209,5 +217,6 @@ class BuildHarness:
                 sentinel.tag(*(t for _, t, on_device in persistent_buffers(builder) if on_device))
                 with sentinel, cuda_sync_warnings() as cuda_syncs:
                     metadata = builder.build(0, device_batch.common)
-        return BuildResult(metadata, device_batch, list(self._plans), sentinel,
-                           cuda_syncs if self.device.type == "cuda" else None)
+        watched = sentinel if watch_syncs else None
+        return BuildResult(metadata, device_batch, list(self._plans), watched,
+                           cuda_syncs if watched and self.device.type == "cuda" else None)

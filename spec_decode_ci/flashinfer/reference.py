@@ -80,10 +80,19 @@ def trtllm_decode(batch: Batch, s: Split) -> TrtllmDecodeRef:
     return TrtllmDecodeRef(list(batch.seq_lens[:n]), [list(r) for r in batch.block_table[:n]], max(batch.seq_lens))
 
 
-def paged_kv(batch: Batch, start: int, end: int) -> PagedKvRef:
+def paged_kv(batch: Batch, start: int, end: int, kv_lens: list[int] | None = None) -> PagedKvRef:
+    """``kv_lens``: the KV lengths the requests read (default: their seq lens); each reads its first
+    ceil(kv_len / page) pages."""
     page = batch.page_size
+    lens = list(batch.seq_lens[start:end]) if kv_lens is None else kv_lens
     return PagedKvRef(
-        pages=[list(row) for row in batch.block_table[start:end]],
-        last_page_len=[x % page or page for x in batch.seq_lens[start:end]],
+        pages=[list(row[:cdiv(n, page)]) for row, n in zip(batch.block_table[start:end], lens)],
+        last_page_len=[x % page or (page if x else 0) for x in lens],  # no pages: nothing to read
         qo_indptr=cumulative(batch.query_lens[start:end]),
     )
+
+
+def dcp_local_len(seq_len: int, world_size: int, rank: int, interleave: int = 1) -> int:
+    """Tokens of a sequence a DCP rank holds: positions are dealt to ranks in runs of ``interleave``."""
+    cycle = world_size * interleave
+    return (seq_len // cycle) * interleave + min(max(seq_len % cycle - rank * interleave, 0), interleave)

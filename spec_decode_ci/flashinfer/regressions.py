@@ -81,6 +81,19 @@ REGRESSIONS = {
             "if False:\\g<body>",
             present=lambda module: "qo_indptr_prefill_cpu.pin_memory()" in inspect.getsource(module),
         ),
+        Regression(
+            "dcp_shared_mutation",
+            "under DCP, build() adjusts prefill lengths in the runner's host seq lens in place (no copy first)",
+            r"\n[ \t]*seq_lens_cpu = seq_lens_cpu\.clone\(\)",
+            "",
+            present=lambda module: "seq_lens_cpu = seq_lens_cpu.clone()" in inspect.getsource(module),
+        ),
+        Regression(
+            "dcp_global_pages",
+            "under DCP, page counts and last-page lengths taken from the global lengths, not the rank's share",
+            r"seq_lens_cpu = get_dcp_local_seq_lens\(",
+            "_rank_local_seq_lens = get_dcp_local_seq_lens(",
+        ),
         # The control: vLLM's source compiled into a copy unchanged. The tier must stay green on it.
         Regression("none", "no change (control for the copying itself)", r"\A", ""),
     ]

@@ -15,7 +15,8 @@ from spec_decode_ci.flashinfer.regressions import ENV, REGRESSIONS, patched_back
 pytestmark = pytest.mark.selfcheck
 TIER = [f"spec_decode_ci.suites.{module}" for module in
         ("test_guard_truth_table", "test_reference_equality", "test_poisoning", "test_properties",
-         "test_cuda_graph_padding", "test_build_isolation", "test_page_locked_plan_inputs")]
+         "test_cuda_graph_padding", "test_build_isolation", "test_page_locked_plan_inputs",
+         "test_decode_context_parallel")]
 
 # What must go red under each regression (a subset of what does).
 MUST_FAIL = {
@@ -30,6 +31,9 @@ MUST_FAIL = {
                       "test_no_state_carried_between_builds[prefill=native-decode=native]"],
     "pageable_plan_inputs": ["test_plan_host_inputs_are_page_locked[mixed]",
                              "test_plan_host_inputs_are_page_locked[prefill-only]"],
+    "dcp_shared_mutation": ["test_rank_local_metadata_without_speculation[0-trtllm]",
+                            "test_rank_local_metadata_without_speculation[1-native]"],
+    "dcp_global_pages": ["test_rank_local_metadata[world2-rank1-native]", "test_rank_local_metadata[world4-rank3-native]"],
     "none": [],
 }
 
