@@ -17,8 +17,9 @@ MARKERS = {
     "sentinel": "the host-sync sentinel's verdicts (CPU half) and their agreement with CUDA's sync debug mode",
     "e2e": "end-to-end spec decode through vLLM's LLM on a GPU (needs weights or the tiny-model config)",
     "e2e_offline": "builds every e2e engine configuration from tiny local configs, on CPU",
+    "packaging": "the installed wheel runs its suites beside a decoy vLLM tests tree (needs vLLM there)",
 }
-VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline"}
+VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging"}
 
 
 def pytest_configure(config):

@@ -69,7 +69,7 @@ def test_sentinel_imports_without_vllm_and_both_packages_resolve(installed):
     assert ours.startswith(str(site)) and theirs.startswith(str(decoy))
 
 
-@pytest.mark.build_path
+@pytest.mark.packaging
 def test_build_path_tier_runs_through_the_plugin_beside_vllms_tests(installed):
     _, site, decoy = installed
     proc = run_in(decoy, site, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "spec_decode_ci.pytest_plugin",
