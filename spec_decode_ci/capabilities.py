@@ -37,6 +37,12 @@ def find_matrix(start: Path | None = None) -> Path | None:
     return next((d / MATRIX_NAME for d in (start, *start.parents) if (d / MATRIX_NAME).is_file()), None)
 
 
+def find_checkout() -> Path | None:
+    """The spec-decode-ci checkout this runs in (where its hardware matrix is), or None from an install alone."""
+    matrix = find_matrix()
+    return matrix.parent if matrix is not None else None
+
+
 @lru_cache(maxsize=4)
 def load_matrix(path: Path):
     from spec_decode_ci.generator.load import read_document
