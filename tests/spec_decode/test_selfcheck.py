@@ -43,7 +43,7 @@ def run_tier(regression: str) -> tuple[int, set[str], str]:
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings",
                            "-p", "spec_decode_ci.pytest_plugin", "-m", "build_path", "--pyargs", *TIER],
                           env=env, capture_output=True, text=True)
-    failed = set(re.findall(r"^FAILED \S+::(\S+)", proc.stdout, re.M))
+    failed = set(re.findall(r"^FAILED \S*?::(\S+)", proc.stdout, re.M))
     return proc.returncode, failed, proc.stdout[-3000:]
 
 
