@@ -168,6 +168,10 @@ _RUNNER_PADDING_RULES = {
     "padded tokens map to slot -1 (PAD_SLOT_ID)": r"slot_mapping\[num_tokens_unpadded:num_tokens_padded\]\.fill_\(-1\)",
     "num_actual_tokens counts padded tokens": r"num_actual_tokens=num_tokens_padded",
 }
+_DISPATCHER_PADDING_RULES = {  # vllm/v1/cudagraph_dispatcher.py: how many requests a padded batch gets
+    "a uniform decode graph of T tokens replays min(T // (1 + k), max_num_seqs) requests":
+        r"num_reqs = min\(num_tokens_padded // uniform_decode_query_len, max_num_seqs\)",
+}
 
 
 def cudagraph_padding() -> CudaGraphPadding:
@@ -179,10 +183,14 @@ def cudagraph_padding() -> CudaGraphPadding:
 
     from vllm.v1.attention.backends import utils
 
-    source = Path(importlib.util.find_spec("vllm.v1.worker.gpu_model_runner").origin).read_text()
-    missing = [rule for rule, pattern in _RUNNER_PADDING_RULES.items() if not re.search(pattern, source)]
+    def source(module: str) -> str:
+        return Path(importlib.util.find_spec(module).origin).read_text()
+
+    runner, dispatcher = source("vllm.v1.worker.gpu_model_runner"), source("vllm.v1.cudagraph_dispatcher")
+    missing = [rule for rule, pattern in _RUNNER_PADDING_RULES.items() if not re.search(pattern, runner)]
+    missing += [rule for rule, pattern in _DISPATCHER_PADDING_RULES.items() if not re.search(pattern, dispatcher)]
     if missing:
-        raise MissingVllmField(f"vLLM's GPU model runner no longer shows how it pads to a CUDA-graph size: "
+        raise MissingVllmField(f"vLLM's runner no longer shows how it pads to a CUDA-graph size: "
                                f"{'; '.join(missing)} (update spec_decode_ci.compat)")
     return CudaGraphPadding(seq_len=0, block_id=require(utils, "NULL_BLOCK_ID", what="padding block id"),
                             slot=require(utils, "PAD_SLOT_ID", what="padding slot id"))
