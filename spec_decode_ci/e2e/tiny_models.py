@@ -77,7 +77,7 @@ def write_speculators(directory: Path, verifier: Path, family: str, num_speculat
                       max_len: int = 4096) -> Path:
     """A speculators-format EAGLE-3 checkpoint whose verifier is the local tiny target."""
     layer = {**_base(max_len), "model_type": family if family in ("llama", "qwen3") else "llama",
-             "num_hidden_layers": 1}
+             "num_hidden_layers": 1, "hidden_act": "silu"}
     return _write(directory, {
         "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
         "transformer_layer_config": layer, "draft_vocab_size": VOCAB, "norm_before_residual": True,

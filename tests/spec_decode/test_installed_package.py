@@ -86,6 +86,16 @@ def test_build_path_tier_runs_through_the_plugin_beside_vllms_tests(installed):
     assert sum(line.startswith("PASSED ::test_guard[") for line in passed) >= 6, proc.stdout[-2000:]
 
 
+@pytest.mark.packaging
+def test_every_suite_module_collects_from_the_install(installed):
+    """What a CI step collects in vLLM's image (the whole suites package, no checkout): no module may fail to
+    import there, whatever the markers then select."""
+    _, site, decoy = installed
+    proc = run_in(decoy, site, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                  "-p", "spec_decode_ci.pytest_plugin", "--pyargs", "spec_decode_ci.suites")
+    assert proc.returncode == 0 and "error" not in proc.stdout.splitlines()[-1].lower(), proc.stdout[-3000:]
+
+
 def test_generate_pipeline_runs_from_the_install(installed, tmp_path):
     _, site, decoy = installed
     output = tmp_path / "spec_decode.yaml"
