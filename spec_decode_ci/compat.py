@@ -267,12 +267,27 @@ def drafter_attention_backend_settable() -> bool:
     return _has_field(SpeculativeConfig, "attention_backend")
 
 
-@difference("0.25.0", "vllm.utils.gpu_sync_debug: vLLM's own GPU sync check (_SYNC_CHECK_MODE)")
+@difference("0.25.0", "vllm.utils.gpu_sync_debug: vLLM's own GPU sync check, its mode read from "
+                      "VLLM_GPU_SYNC_CHECK when checked")
 def vllm_sync_check_module():
     """vLLM's own GPU sync check module, or None where this vLLM has none."""
     try:
-        module = importlib.import_module("vllm.utils.gpu_sync_debug")
+        return importlib.import_module("vllm.utils.gpu_sync_debug")
     except ModuleNotFoundError:
         return None
-    require(module, "_SYNC_CHECK_MODE", what="vLLM's GPU sync check mode")
-    return module
+
+
+@difference("0.28.0", "the GPU sync check's mode is fixed at import (gpu_sync_debug._SYNC_CHECK_MODE)")
+def vllm_sync_check_as_errors():
+    """A context in which vLLM's own GPU sync check, where this vLLM has one, raises on a sync."""
+    import contextlib
+    import os
+    from unittest import mock
+
+    module = vllm_sync_check_module()
+    if module is None:
+        return contextlib.nullcontext()
+    if hasattr(module, "_SYNC_CHECK_MODE"):
+        return mock.patch.object(module, "_SYNC_CHECK_MODE", "error")
+    require(module, "enable_gpu_sync_check", what="vLLM's GPU sync check")
+    return mock.patch.dict(os.environ, {"VLLM_GPU_SYNC_CHECK": "error"})

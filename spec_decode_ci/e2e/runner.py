@@ -73,14 +73,6 @@ def observed_builds(log: BuildLog) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def vllm_sync_check_errors() -> Iterator[None]:
-    """vLLM's own GPU sync check in "error" mode, where this vLLM has one."""
-    sync_debug = compat.vllm_sync_check_module()  # None: the observed builds are the only check
-    with mock.patch.object(sync_debug, "_SYNC_CHECK_MODE", "error") if sync_debug else ExitStack():
-        yield
-
-
 def prompts(config: SuiteConfig) -> list:
     """Text prompts, or (no tokenizer) token ids from their bytes: same lengths and variety, any vocabulary."""
     if not config.engine.skip_tokenizer_init:
@@ -121,7 +113,7 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
         # the builder must run in this process to be observed; the caller's environment is restored after
         stack.enter_context(mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}))
         stack.enter_context(observed_builds(log))
-        stack.enter_context(vllm_sync_check_errors())
+        stack.enter_context(compat.vllm_sync_check_as_errors())  # vLLM's own check too, where it has one
         llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
         tokens_only = config.engine.skip_tokenizer_init
         params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, ignore_eos=True,
