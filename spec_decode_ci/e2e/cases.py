@@ -39,6 +39,7 @@ class EngineSettings:
     enforce_eager: bool
     skip_tokenizer_init: bool  # prompts then go in as token ids (tiny models ship no tokenizer)
     requires: tuple[str, ...]  # hardware_matrix.yaml capabilities the runs need
+    min_mixed_batches: int  # mixed prefill + decode builds each speculative run must show
 
     @property
     def all_trtllm(self) -> bool:
@@ -149,6 +150,7 @@ def parse(path: Path) -> SuiteConfig:
         enforce_eager=engine.get("enforce_eager", boolean, False),
         skip_tokenizer_init=engine.get("skip_tokenizer_init", boolean, False),
         requires=engine.get("requires", text_list(non_empty=True), required=True),
+        min_mixed_batches=engine.get("min_mixed_batches", integer(1), 1),
     )
     engine.finish()
     sampling = top.get("sampling", section("sampling settings"), required=True)
