@@ -15,6 +15,7 @@ import dataclasses
 import importlib
 import inspect
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Iterable
 
 OLDEST = "0.20.0"  # the first release with PR #39546's fix
@@ -174,6 +175,7 @@ _DISPATCHER_PADDING_RULES = {  # vllm/v1/cudagraph_dispatcher.py: how many reque
 }
 
 
+@lru_cache(maxsize=1)
 def cudagraph_padding() -> CudaGraphPadding:
     """The runner's padding rules, read from the installed vLLM's ``gpu_model_runner`` source (not imported); a
     rule no longer found there fails by name."""

@@ -140,7 +140,7 @@ class HostSyncSentinel(TorchFunctionMode):
 
     @staticmethod
     def _upload_reason(func, args, kwargs) -> str | None:
-        if func in _TO and not (kwargs.get("non_blocking") or any(a is True for a in args[1:])):
+        if func in _TO and not _to_non_blocking(args, kwargs):
             return "Tensor.to(device) of a host tensor (blocking host-to-device copy)"
         if func in _FROM_DATA and args and _has_data(args[0]):
             return f"torch.{func.__name__}(host data, device=) (blocking host-to-device copy)"
@@ -154,9 +154,7 @@ class HostSyncSentinel(TorchFunctionMode):
             return f"{name} (data-dependent output size)"
         if func in _HOST_COPY:
             return "Tensor.cpu (blocking device-to-host copy)"
-        if func in _TO and self._to_host(args, kwargs) and not (
-            kwargs.get("non_blocking") or any(a is True for a in args[1:])
-        ):
+        if func in _TO and self._to_host(args, kwargs) and not _to_non_blocking(args, kwargs):
             return "Tensor.to(cpu) (blocking device-to-host copy)"
         if func in _COPY and self._into_host(args) and not _non_blocking(args, kwargs, position=2):
             return "Tensor.copy_ into a host tensor (blocking device-to-host copy)"
@@ -263,10 +261,6 @@ class HostSyncSentinel(TorchFunctionMode):
         items = index if isinstance(index, tuple) else (index,)
         return any(isinstance(i, slice) and any(self.is_tagged(b) for b in (i.start, i.stop, i.step)) for i in items)
 
-    def _tagged_mask(self, index: Any) -> bool:
-        items = tree_flatten(list(index))[0] if isinstance(index, (tuple, list)) else [index]
-        return any(self.is_tagged(i) and i.dtype == torch.bool for i in items)
-
     @staticmethod
     def _repeats_from_data(args, kwargs) -> bool:
         if kwargs.get("output_size") is not None or (len(args) > 3 and args[3] is not None):
@@ -303,6 +297,11 @@ def _has_data(data: Any) -> bool:
 
 def _non_blocking(args, kwargs, position: int) -> bool:
     return bool(kwargs.get("non_blocking", args[position] if len(args) > position else False))
+
+
+def _to_non_blocking(args, kwargs) -> bool:
+    """``Tensor.to``'s non_blocking, by keyword or positionally (its overloads put it at different places)."""
+    return bool(kwargs.get("non_blocking") or any(a is True for a in args[1:]))
 
 
 def _frames_outside_torch() -> list[traceback.FrameSummary]:

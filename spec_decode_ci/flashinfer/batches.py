@@ -139,7 +139,8 @@ def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: 
     for q in batch.query_lens:
         query_start.append(query_start[-1] + q)
     query_start += [query_start[-1]] * batch.padded_reqs  # zero-length requests
-    seq_lens = list(batch.seq_lens) + [pad.seq_len] * batch.padded_reqs if pad else list(batch.seq_lens)
+    padded_seq_lens = [pad.seq_len] * batch.padded_reqs if pad else []
+    seq_lens = list(batch.seq_lens) + padded_seq_lens
     table = torch.zeros(batch.num_reqs + batch.padded_reqs, max_pages_per_req, dtype=torch.int32)
     for i, row in enumerate(batch.block_table):
         table[i, :len(row)] = torch.tensor(row, dtype=torch.int32)
@@ -164,8 +165,8 @@ def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: 
     }
     scalars = {"num_reqs": batch.num_reqs + batch.padded_reqs, "num_actual_tokens": batch.num_tokens + batch.padded_tokens,
                "max_query_len": max(batch.query_lens), "max_seq_len": max(batch.seq_lens), "causal": True}
-    if dcp_local_lens is not None:  # the runner's rank-local lengths, padded requests 0 as their seq lens
-        local = list(dcp_local_lens) + [0] * batch.padded_reqs
+    if dcp_local_lens is not None:  # the runner's rank-local lengths; a padded request's share of nothing is 0
+        local = list(dcp_local_lens) + padded_seq_lens
         fields = compat.dcp_local_seq_lens_fields(torch.tensor(local, dtype=torch.int32, device=device),
                                                   torch.tensor(local, dtype=torch.int32))
         device_tensors["dcp_local_seq_lens"] = fields["dcp_local_seq_lens"]
