@@ -119,16 +119,17 @@ def set_kv_cache_layout(vllm_config, layout: str) -> None:
 def page_locking_switches(modules: Iterable[Any], available: bool = False) -> list[tuple[Any, str, Any]]:
     """(owner, attribute, value) patches that make every page-locking decision answer ``available``."""
     import vllm.utils.platform_utils as platform_utils
+    import vllm.utils.torch_utils as torch_utils
     import vllm.v1.utils as v1_utils
 
     patches: list[tuple[Any, str, Any]] = []
-    for module in (platform_utils, v1_utils, *modules):
+    for module in (platform_utils, torch_utils, v1_utils, *modules):
         for name, value in (("PIN_MEMORY", available), ("is_pin_memory_available", lambda: available)):
             if hasattr(module, name):
                 patches.append((module, name, value))
     if not patches:
         raise MissingVllmField("page locking: none of PIN_MEMORY / is_pin_memory_available found in "
-                               "vllm.utils.platform_utils, vllm.v1.utils or the backend")
+                               "vllm.utils.platform_utils, vllm.utils.torch_utils, vllm.v1.utils or the backend")
     init = v1_utils.CpuGpuBuffer.__init__
     if "pin_memory" in (init.__kwdefaults__ or {}):  # a default bound when vLLM was imported
         patches.append((init, "__kwdefaults__", {**init.__kwdefaults__, "pin_memory": available}))
@@ -293,3 +294,70 @@ def vllm_sync_check_as_errors():
         return mock.patch.object(module, "_SYNC_CHECK_MODE", "error")
     require(module, "enable_gpu_sync_check", what="vLLM's GPU sync check")
     return mock.patch.dict(os.environ, {"VLLM_GPU_SYNC_CHECK": "error"})
+
+
+# --- MLA builders ---------------------------------------------------------------------------------------------
+
+def mla_backend_priorities(capability: tuple[int, int]) -> list[str]:
+    """The attention backends vLLM's CUDA platform tries, in order, for an MLA model on a GPU of ``capability``.
+
+    Read from ``vllm.platforms.cuda._get_backend_priorities``, compiled alone from its source: that module loads
+    the CUDA driver on import, so it cannot be imported where there is no GPU."""
+    import ast
+    import importlib.util
+
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    spec = importlib.util.find_spec("vllm.platforms.cuda")
+    source = open(spec.origin).read()
+    found = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "_get_backend_priorities"]
+    if not found:
+        raise MissingVllmField(f"MLA backend priorities: {spec.origin} has no _get_backend_priorities (a vLLM "
+                               f"change the harness does not know; add it to spec_decode_ci.compat)")
+    function = found[0]
+    function.decorator_list = []
+    namespace: dict[str, Any] = {"AttentionBackendEnum": AttentionBackendEnum, "DeviceCapability": DeviceCapability,
+                                 "CacheDType": str}
+    exec(compile(ast.Module([function], type_ignores=[]), spec.origin, "exec"), namespace)
+    # kv_cache_dtype None: a bf16 cache, the default, so no quantized-cache branch is taken.
+    return [b.name for b in namespace["_get_backend_priorities"](True, DeviceCapability(*capability))]
+
+
+@difference("0.21.0", "MLA prefill kernels are backend objects (get_mla_prefill_backend) that the builder takes "
+                      "from the attention layer; 0.20.x picks FlashInfer, cuDNN or TRTLLM-ragged prefill itself")
+def mla_prefill_backend(vllm_config, num_heads: int, scale: float, dims: dict[str, int]) -> Any | None:
+    """The MLA prefill backend vLLM selects for ``vllm_config`` on the current (emulated) platform, made as the
+    attention layer makes it; None where the builder chooses its prefill kernel itself."""
+    try:
+        from vllm.v1.attention.backends.mla.prefill import get_mla_prefill_backend
+    except ImportError:
+        return None
+    return get_mla_prefill_backend(vllm_config)(num_heads=num_heads, scale=scale, vllm_config=vllm_config, **dims)
+
+
+@difference("0.28.0", "MLA chunked context is a list of ContextChunk objects, one per run of prefills; before, "
+                      "tensors with one row per chunk over every prefill")
+def mla_context_chunks(chunked_context) -> list[list[tuple[int, int, int]]]:
+    """Per context chunk, the (prefill index, first context token, token count) the gather kernel is given."""
+    if hasattr(chunked_context, "chunks"):
+        chunks = []
+        for chunk in chunked_context.chunks:
+            first = chunk.request_slice.start
+            starts, bounds = chunk.starts.tolist(), chunk.cu_seq_lens.tolist()
+            chunks.append([(first + i, starts[i], bounds[i + 1] - bounds[i]) for i in range(len(starts))])
+        return chunks
+    starts = require(chunked_context, "starts", what="MLA chunked context starts").tolist()
+    bounds = require(chunked_context, "cu_seq_lens", what="MLA chunked context cu_seq_lens").tolist()
+    return [[(i, row_starts[i], row_bounds[i + 1] - row_bounds[i]) for i in range(len(row_starts))]
+            for row_starts, row_bounds in zip(starts, bounds)]
+
+
+def init_workspace_manager(device) -> None:
+    """vLLM's per-process workspace manager, which the GPU runner sets up and MLA prefill backends draw from."""
+    try:
+        from vllm.v1.worker import workspace
+    except ImportError:
+        return
+    if not workspace.is_workspace_manager_initialized():
+        workspace.init_workspace_manager(device)

@@ -3,7 +3,8 @@
 - the platform's device capability (10.0 for B200) and, on a machine without CUDA, its device type;
 - which TRTLLM kernels the emulated GPU ships (per phase), and that their cubins are present
   (`has_nvidia_artifactory` would otherwise probe the network);
-- on a machine without CUDA, that host memory cannot be page-locked.
+- on a machine without CUDA, that host memory cannot be page-locked, and the GPU's SM count (MLA builders size
+  their scheduling buffers by it).
 
 Everything above that boundary is vLLM's own code: ``supports_trtllm_attention`` still decides from the
 emulated capability; the per-phase switch can only take a kernel away, never add one.
@@ -31,6 +32,7 @@ class EmulatedGpu:
     # On a machine without CUDA: whether host memory can be page-locked (a CUDA driver's service). Off, vLLM
     # takes its pageable paths; on, page-locking is emulated (``PageLocking``) so what vLLM pins can be checked.
     page_locking: bool = False
+    sm_count: int = 148  # B200
 
     @property
     def name(self) -> str:
@@ -74,6 +76,18 @@ def is_page_locked(tensor: torch.Tensor) -> bool:
     return owner is not None and owner() is not None
 
 
+class GpuAllocationsOnHost(TorchFunctionMode):
+    """On a machine without CUDA, memory asked for on the GPU is given on the host (some backend modules allocate
+    GPU workspaces when imported); with CUDA, it does nothing."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if device is not None and not torch.cuda.is_available() and torch.device(device).type == "cuda":
+            kwargs = {**kwargs, "device": "cpu"}
+        return func(*args, **kwargs)
+
+
 class UnsupportedEmulation(Exception):
     pass
 
@@ -81,6 +95,7 @@ class UnsupportedEmulation(Exception):
 @contextmanager
 def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterator[EmulatedGpu]:
     """``extra_modules``: copies of vLLM's backend module (self-check) that imported the same names."""
+    import vllm.model_executor.layers.attention.mla_attention as mla_common
     import vllm.utils.flashinfer as fi_utils
     import vllm.v1.attention.backends.flashinfer as fi_backend
     from vllm.platforms import current_platform
@@ -112,7 +127,11 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
             available = gpu.page_locking
             stack.enter_context(mock.patch.object(platform_cls, "is_pin_memory_available",
                                                   classmethod(lambda cls: available)))
-            for owner, name, value in compat.page_locking_switches((fi_utils, fi_backend, *extra_modules), available):
+            # Hardware boundary: the SM count is a property of the GPU there is none of.
+            stack.enter_context(mock.patch.object(platform_cls, "num_compute_units",
+                                                  classmethod(lambda cls, device_id=0: gpu.sm_count)))
+            for owner, name, value in compat.page_locking_switches((fi_utils, fi_backend, mla_common, *extra_modules),
+                                                                   available):
                 stack.enter_context(mock.patch.object(owner, name, value))
             if available:
                 stack.enter_context(PageLocking())

@@ -57,6 +57,21 @@ def write_target(directory: Path, family: str, max_len: int = 4096, **shape: int
     return path
 
 
+def write_mla_target(directory: Path, max_len: int = 4096, heads: int = 16, kv_lora_rank: int = 512,
+                     qk_nope_head_dim: int = 128, qk_rope_head_dim: int = 64, v_head_dim: int = 128,
+                     mtp_layers: int = 1) -> Path:
+    """A DeepSeek-V3-style target (MLA attention, one dense layer, ``mtp_layers`` MTP layers), DeepSeek-V3's
+    latent dimensions by default: the attention vLLM's MLA builders and the MTP drafter see."""
+    return _write(directory, {
+        **_base(max_len, heads=heads, kv_heads=heads, head_dim=qk_nope_head_dim + qk_rope_head_dim, layers=1),
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": HIDDEN,
+        "first_k_dense_replace": 1, "moe_intermediate_size": 64, "n_routed_experts": 4, "n_shared_experts": 1,
+        "num_experts_per_tok": 2, "q_lora_rank": None, "kv_lora_rank": kv_lora_rank,
+        "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim,
+        "num_nextn_predict_layers": mtp_layers,
+    })
+
+
 def write_eagle3_head(directory: Path, max_len: int = 4096, aux_layer_ids: list[int] | None = None) -> Path:
     """EAGLE-3 heads (yuhuili, AngelSlim) are one Llama decoder layer reading the target's hidden states.
 

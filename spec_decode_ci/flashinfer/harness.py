@@ -204,19 +204,24 @@ class BuildHarness:
         builder = builder or self.builder
         device_batch = self.device_batch(batch)
         self._plans.clear()
-        cuda_syncs = None
         with builder_context(self.vllm_config, self.gpu, self.module, self.options), self._kernel_fakes():
-            # On a CPU the sentinel also keeps device and host apart: a device-to-host copy returns a new tensor,
-            # as it does on a GPU, instead of the device tensor itself.
-            sentinel = HostSyncSentinel(device_objects=(self.device,)) if watch_syncs or self.device.type == "cpu" \
-                else None
-            if sentinel is None:
-                metadata = builder.build(0, device_batch.common)
-            else:
-                sentinel.tag(*device_batch.device_tensors.values())
-                sentinel.tag(*(t for _, t, on_device in persistent_buffers(builder) if on_device))
-                with sentinel, cuda_sync_warnings() as cuda_syncs:
-                    metadata = builder.build(0, device_batch.common)
-        watched = sentinel if watch_syncs else None
-        return BuildResult(metadata, device_batch, list(self._plans), watched,
-                           cuda_syncs if watched and self.device.type == "cuda" else None)
+            metadata, sentinel, cuda_syncs = run_build(builder, device_batch, self.device, watch_syncs)
+        return BuildResult(metadata, device_batch, list(self._plans), sentinel, cuda_syncs)
+
+
+def run_build(builder, device_batch: DeviceBatch, device: torch.device, watch_syncs: bool):
+    """``builder.build()`` on ``device_batch``: (metadata, sentinel or None, what CUDA's sync debug mode saw or None).
+
+    With ``watch_syncs``, under a fresh host-sync sentinel (and, on a GPU, CUDA's sync debug mode). On a CPU
+    a sentinel always runs: it keeps device and host apart, so a device-to-host copy returns a new tensor, as
+    it does on a GPU, instead of the device tensor itself."""
+    if not watch_syncs and device.type != "cpu":
+        return builder.build(0, device_batch.common), None, None
+    sentinel = HostSyncSentinel(device_objects=(device,))
+    sentinel.tag(*device_batch.device_tensors.values())
+    sentinel.tag(*(t for _, t, on_device in persistent_buffers(builder) if on_device))
+    with sentinel, cuda_sync_warnings() as cuda_syncs:
+        metadata = builder.build(0, device_batch.common)
+    if not watch_syncs:
+        return metadata, None, None
+    return metadata, sentinel, cuda_syncs if device.type == "cuda" else None

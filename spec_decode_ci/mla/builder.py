@@ -1,0 +1,168 @@
+"""Builder factory: vLLM's real MLA metadata builders on a real ``VllmConfig`` and ``MLAAttentionSpec``.
+
+The config comes from ``EngineArgs.create_engine_config()`` on a tiny local DeepSeek-V3 ``config.json`` with an
+MTP layer, speculating with ``method="mtp"``, so MLA, the reorder threshold (1 + k) and the prefill backend are
+vLLM's own choices for a DeepSeek-style MTP deployment on the emulated GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from spec_decode_ci import compat
+from spec_decode_ci.e2e.tiny_models import write_mla_target
+from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, GpuAllocationsOnHost, emulated_platform
+from spec_decode_ci.flashinfer.builder import builder_device
+
+LAYER_NAME = "model.layers.0.self_attn.attn"
+COMMON_MODULE = "vllm.model_executor.layers.attention.mla_attention"
+
+
+@dataclass(frozen=True)
+class MlaOptions:
+    backend: str = "FLASHINFER_MLA"  # an AttentionBackendEnum name
+    num_heads: int = 16
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+    num_spec_tokens: int = 3
+    max_num_seqs: int = 64
+    max_model_len: int = 4096
+    page_size: int = 0  # 0: the backend's first supported kernel block size
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return {"kv_lora_rank": self.kv_lora_rank, "qk_nope_head_dim": self.qk_nope_head_dim,
+                "qk_rope_head_dim": self.qk_rope_head_dim, "v_head_dim": self.v_head_dim}
+
+
+def backend_class(name: str, gpu: EmulatedGpu = BLACKWELL):
+    """The backend class registered under ``name``, its module imported on the emulated ``gpu`` (raises
+    ImportError where the module cannot load here)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    with emulated_platform(gpu), GpuAllocationsOnHost():
+        return AttentionBackendEnum[name].get_class()
+
+
+def page_size_of(options: MlaOptions) -> int:
+    if options.page_size:
+        return options.page_size
+    sizes = backend_class(options.backend).get_supported_kernel_block_sizes()
+    first = sizes[0] if sizes else 64
+    return first if isinstance(first, int) else first.base
+
+
+def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | None]]:
+    """Each dense MLA backend vLLM's platform would try for a bf16 DeepSeek-style model on ``gpu``, in its order,
+    with the reason it cannot be tested here (None when it can)."""
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.triton_utils import HAS_TRITON
+
+    found = []
+    for name in compat.mla_backend_priorities(gpu.capability):
+        try:
+            cls = backend_class(name, gpu)
+        except ImportError as exc:
+            found.append((name, f"its module does not import here: {exc}"))
+            continue
+        if cls.is_sparse():
+            continue
+        builder_module = sys.modules[cls.get_builder_cls().__module__]
+        if not HAS_TRITON and ("triton" in vars(builder_module) or "tl" in vars(builder_module)):
+            found.append((name, "its builder runs Triton code, and Triton has no build for this machine"))
+            continue
+        if not cls.supports_compute_capability(DeviceCapability(*gpu.capability)):
+            found.append((name, f"not supported on sm{gpu.capability[0]}{gpu.capability[1]}"))
+        elif "auto" not in cls.supported_kv_cache_dtypes:
+            found.append((name, f"needs a quantized KV cache ({cls.supported_kv_cache_dtypes})"))
+        else:
+            found.append((name, None))
+    return found
+
+
+def vllm_config(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL):
+    return _vllm_config(options.num_heads, options.num_spec_tokens, options.max_num_seqs, options.max_model_len,
+                        page_size_of(options), tuple(sorted(options.dims.items())), gpu)
+
+
+@lru_cache(maxsize=None)
+def _vllm_config(num_heads, num_spec_tokens, max_num_seqs, max_model_len, page_size, dims, gpu):
+    from vllm.engine.arg_utils import EngineArgs
+
+    kwargs: dict[str, Any] = dict(skip_tokenizer_init=True, block_size=page_size, max_num_seqs=max_num_seqs,
+                                  max_model_len=max_model_len, dtype="bfloat16")
+    if num_spec_tokens:
+        kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": num_spec_tokens}
+    with tempfile.TemporaryDirectory(prefix="spec-decode-ci-mla-") as base, emulated_platform(gpu):
+        model_dir = write_mla_target(Path(base) / "tiny-deepseek-mtp", max_model_len, heads=num_heads, **dict(dims))
+        config = EngineArgs(model=str(model_dir), **kwargs).create_engine_config()
+    if not config.model_config.use_mla:
+        raise compat.MissingVllmField("the tiny DeepSeek-V3 config did not give an MLA model config (use_mla)")
+    return config
+
+
+@dataclass
+class AttentionLayerView:
+    """The model's MLA attention layer as the builder reads it from the forward context: its latent dimensions
+    and the prefill backend vLLM selects (a real one). No model is loaded here, and the real layer's kernel
+    implementation allocates GPU workspaces when it is made."""
+
+    num_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    prefill_backend: Any
+    non_causal_multi_token_decode: bool = False
+    dcp_manager: Any = None
+
+
+@contextmanager
+def builder_context(config, gpu: EmulatedGpu, modules=()) -> Iterator[None]:
+    from vllm.config import set_current_vllm_config
+
+    with ExitStack() as stack:
+        stack.enter_context(emulated_platform(gpu, extra_modules=tuple(modules)))
+        stack.enter_context(set_current_vllm_config(config))
+        yield
+
+
+def make_builder(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL, backend_module=None,
+                 device: torch.device | None = None):
+    """A real MLA metadata builder of ``options.backend``; ``backend_module`` is the module that defines it, or a
+    copy of it built on a regressed copy of vLLM's common MLA module (the self-check)."""
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    device = device or builder_device()
+    config = vllm_config(options, gpu)
+    cls = backend_in(backend_module, options.backend) if backend_module is not None else backend_class(options.backend, gpu)
+    compat.init_workspace_manager(device)
+    with builder_context(config, gpu, (backend_module,) if backend_module is not None else ()):
+        scale = 1.0 / math.sqrt(options.qk_nope_head_dim + options.qk_rope_head_dim)
+        layer = AttentionLayerView(options.num_heads, None, **options.dims, prefill_backend=compat.mla_prefill_backend(
+            config, options.num_heads, scale, options.dims))
+        config.compilation_config.static_forward_context[LAYER_NAME] = layer
+        spec = MLAAttentionSpec(block_size=page_size_of(options), num_kv_heads=1,
+                                head_size=options.kv_lora_rank + options.qk_rope_head_dim, dtype=torch.bfloat16)
+        return cls.get_builder_cls()(spec, [LAYER_NAME], config, device)
+
+
+def backend_in(module, name: str):
+    """The backend class named ``name`` defined in ``module``."""
+    for value in vars(module).values():
+        if isinstance(value, type) and value.__module__ == module.__name__ and hasattr(value, "get_builder_cls") \
+                and getattr(value, "get_name", None) and value.get_name() == name:
+            return value
+    raise compat.MissingVllmField(f"{module.__name__} defines no backend named {name}")
