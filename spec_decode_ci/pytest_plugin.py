@@ -90,3 +90,23 @@ def harness_cache():
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def mla_harness_cache():
+    """One real MLA builder per options (one backend each), on the emulated SM100."""
+    from spec_decode_ci.flashinfer import regressions
+    from spec_decode_ci.mla.builder import MlaOptions, backend_class
+    from spec_decode_ci.mla.harness import MlaBuildHarness
+
+    cache: dict = {}
+
+    def get(options: MlaOptions) -> MlaBuildHarness:
+        if options not in cache:
+            # the self-check runs the tier against a copy of the backend's module on a regressed common MLA module
+            builder = backend_class(options.backend).get_builder_cls()
+            copies = regressions.requested_mla_backend(builder) or (None, None)
+            cache[options] = MlaBuildHarness(options, backend_module=copies[0], common_module=copies[1])
+        return cache[options]
+
+    return get

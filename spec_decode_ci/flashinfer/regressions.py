@@ -1,4 +1,6 @@
-"""PR #39546's two regressions, re-applied to a private copy of vLLM's FlashInfer backend module.
+"""Regressions of the bug classes the build-path tier exists for, re-applied to a private copy of vLLM's module:
+PR #39546's two, the later FlashInfer ones, and the MLA builders' (applied to vLLM's common MLA module, with a
+copy of the backend's module built on top of it so its builder inherits the regression).
 
 The copy is compiled from vLLM's own source with one textual change and used only by the harness that
 asks for it (``SPEC_DECODE_CI_REGRESSION=<name>``); vLLM's real module is never modified. If vLLM's code
@@ -11,14 +13,17 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import sys
 import types
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable
 
 from spec_decode_ci import compat
 
 ENV = "SPEC_DECODE_CI_REGRESSION"
+FLASHINFER = "vllm.v1.attention.backends.flashinfer"
+MLA_COMMON = "vllm.model_executor.layers.attention.mla_attention"
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class Regression:
     # Whether this vLLM has the code the regression undoes (a structural probe of the module, never a version):
     # a release without it has the bug natively, and the tier's verdict on that release says so.
     present: Callable[[types.ModuleType], bool] = lambda module: True
+    target: str = FLASHINFER  # the module the regression edits
 
 
 REGRESSIONS = {
@@ -94,6 +100,36 @@ REGRESSIONS = {
             r"seq_lens_cpu = get_dcp_local_seq_lens\(",
             "_rank_local_seq_lens = get_dcp_local_seq_lens(",
         ),
+        Regression(
+            "mla_prefill_host_sync",
+            "the MLA prefill path copies the device seq_lens to the host (.cpu()) instead of reading the runner's "
+            "host upper bound: a host sync per step with MTP and chunked prefill",
+            r"seq_lens_cpu = common_attn_metadata\.seq_lens_cpu_upper_bound",
+            "seq_lens_cpu = common_attn_metadata.seq_lens.cpu()",
+            target=MLA_COMMON,
+        ),
+        Regression(
+            "mla_context_counts_queries",
+            "the MLA prefill's context gathered from the cache includes this step's query tokens (seq lens that "
+            "already count them get them added once more before the queries are subtracted)",
+            r"\n(?P<indent>[ \t]*)seq_lens_cpu = common_attn_metadata\.seq_lens_cpu_upper_bound\n",
+            "\n\\g<indent>seq_lens_cpu = common_attn_metadata.seq_lens_cpu_upper_bound\n"
+            "\\g<indent>seq_lens_cpu = seq_lens_cpu + (query_start_loc_cpu[1:] - query_start_loc_cpu[:-1])\n",
+            target=MLA_COMMON,
+        ),
+        Regression(
+            "mla_stale_decode_seq_lens",
+            "MLA decode seq lens handed to the kernel from a persistent builder buffer that build() refreshes only "
+            "when the batch has prefills",
+            r"\n(?P<indent>[ \t]*)decode_metadata = self\._build_decode\(",
+            "\n\\g<indent>if not hasattr(self, '_decode_seq_lens'):\n"
+            "\\g<indent>    self._decode_seq_lens = seq_lens.new_zeros(self.vllm_config.scheduler_config.max_num_seqs)\n"
+            "\\g<indent>if num_prefills > 0:\n"
+            "\\g<indent>    self._decode_seq_lens[:num_reqs].copy_(seq_lens, non_blocking=True)\n"
+            "\\g<indent>seq_lens = self._decode_seq_lens\n"
+            "\\g<indent>decode_metadata = self._build_decode(",
+            target=MLA_COMMON,
+        ),
         # The control: vLLM's source compiled into a copy unchanged. The tier must stay green on it.
         Regression("none", "no change (control for the copying itself)", r"\A", ""),
     ]
@@ -104,28 +140,84 @@ class RegressionDoesNotApply(RuntimeError):
     pass
 
 
-@lru_cache(maxsize=None)
-def patched_backend(name: str) -> types.ModuleType:
-    import vllm.v1.attention.backends.flashinfer as original
-
-    regression = REGRESSIONS[name]
-    source = inspect.getsource(original)
-    patched, count = re.subn(regression.pattern, regression.replacement, source, count=1)
-    if count != 1:
-        raise RegressionDoesNotApply(
-            f"regression {name!r} does not apply to {original.__file__}: the code it edits "
-            f"(/{regression.pattern}/) is gone; update spec_decode_ci/flashinfer/regressions.py or spec_decode_ci/compat.py")
+def _compiled_copy(original: types.ModuleType, source: str) -> types.ModuleType:
     module = types.ModuleType(original.__name__, original.__doc__)
     module.__dict__.update(__file__=original.__file__, __package__=original.__package__)
-    exec(compile(patched, original.__file__, "exec"), module.__dict__)
+    exec(compile(source, original.__file__, "exec"), module.__dict__)
     return module
 
 
-def requested() -> types.ModuleType | None:
-    """The patched module named by $SPEC_DECODE_CI_REGRESSION, or None for vLLM's own."""
+def _apply(regression: Regression, source: str, where: str) -> str:
+    patched, count = re.subn(regression.pattern, regression.replacement, source, count=1)
+    if count != 1:
+        raise RegressionDoesNotApply(
+            f"regression {regression.name!r} does not apply to {where}: the code it edits "
+            f"(/{regression.pattern}/) is gone; update spec_decode_ci/flashinfer/regressions.py or spec_decode_ci/compat.py")
+    return patched
+
+
+def _with_class_recompiled(original: types.ModuleType, cls: type, transform=lambda source: source,
+                           **replaced: Any) -> types.ModuleType:
+    """A module with ``original``'s namespace (``replaced`` names swapped) in which class ``cls`` is compiled
+    again from its source through ``transform``: for modules whose import has side effects (custom ops)."""
+    lines, first = inspect.getsourcelines(cls)
+    module = types.ModuleType(original.__name__, original.__doc__)
+    module.__dict__.update(vars(original))
+    module.__dict__.update(replaced)
+    source = "\n" * (first - 1) + transform("".join(lines))  # line numbers stay those of vLLM's file
+    exec(compile(source, original.__file__, "exec"), module.__dict__)
+    return module
+
+
+@lru_cache(maxsize=None)
+def patched_backend(name: str) -> types.ModuleType:
+    """A copy of the module regression ``name`` targets, with the regression applied (for vLLM's common MLA
+    module, whose import registers custom ops, the builder class alone is compiled again)."""
+    import importlib
+
+    regression = REGRESSIONS[name]
+    original = importlib.import_module(regression.target)
+    if regression.target == MLA_COMMON:
+        cls = original.MLACommonMetadataBuilder
+        where = f"{original.__file__} ({cls.__name__})"
+        return _with_class_recompiled(original, cls, lambda source: _apply(regression, source, where))
+    return _compiled_copy(original, _apply(regression, inspect.getsource(original), original.__file__))
+
+
+def _requested_name() -> str | None:
     name = os.environ.get(ENV)
-    if not name:
-        return None
-    if name not in REGRESSIONS:
+    if name and name not in REGRESSIONS:
         raise ValueError(f"{ENV}={name!r}; expected one of {sorted(REGRESSIONS)}")
+    return name or None
+
+
+def requested() -> types.ModuleType | None:
+    """The patched FlashInfer backend module named by $SPEC_DECODE_CI_REGRESSION, or None for vLLM's own
+    (also when the regression named edits another module)."""
+    name = _requested_name()
+    if name is None or REGRESSIONS[name].target != FLASHINFER:
+        return None
     return patched_backend(name)
+
+
+@lru_cache(maxsize=None)
+def _mla_backend_copy(name: str, builder: type) -> tuple[types.ModuleType, types.ModuleType]:
+    import importlib
+
+    original_common = importlib.import_module(MLA_COMMON)
+    common = patched_backend(name) if REGRESSIONS[name].target == MLA_COMMON else \
+        _with_class_recompiled(original_common, original_common.MLACommonMetadataBuilder)
+    backend = importlib.import_module(builder.__module__)
+    if builder is original_common.MLACommonMetadataBuilder:
+        return common, common
+    return _with_class_recompiled(backend, builder, MLACommonMetadataBuilder=common.MLACommonMetadataBuilder), common
+
+
+def requested_mla_backend(builder: type) -> tuple[types.ModuleType, types.ModuleType] | None:
+    """(a copy of the module of the MLA builder class ``builder``, the copy of vLLM's common MLA module it is
+    built on), the common builder regressed as $SPEC_DECODE_CI_REGRESSION names (unchanged for the control);
+    None for vLLM's own modules. Each copy defines the builder class under its own name."""
+    name = _requested_name()
+    if name is None or REGRESSIONS[name].target != MLA_COMMON and name != "none":
+        return None
+    return _mla_backend_copy(name, builder)

@@ -140,29 +140,23 @@ def builder_context(config, gpu: EmulatedGpu, modules=()) -> Iterator[None]:
 
 
 def make_builder(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL, backend_module=None,
-                 device: torch.device | None = None):
-    """A real MLA metadata builder of ``options.backend``; ``backend_module`` is the module that defines it, or a
-    copy of it built on a regressed copy of vLLM's common MLA module (the self-check)."""
+                 device: torch.device | None = None, common_module=None):
+    """A real MLA metadata builder of ``options.backend``; with ``backend_module`` (the self-check), the class of
+    the same name from that copy of its module, built on a regressed copy of vLLM's common MLA module."""
     from vllm.v1.kv_cache_interface import MLAAttentionSpec
 
     device = device or builder_device()
     config = vllm_config(options, gpu)
-    cls = backend_in(backend_module, options.backend) if backend_module is not None else backend_class(options.backend, gpu)
+    builder_cls = backend_class(options.backend, gpu).get_builder_cls()
+    if backend_module is not None:
+        builder_cls = getattr(backend_module, builder_cls.__name__)
     compat.init_workspace_manager(device)
-    with builder_context(config, gpu, (backend_module,) if backend_module is not None else ()):
+    with builder_context(config, gpu, tuple(m for m in (backend_module, common_module) if m is not None)):
         scale = 1.0 / math.sqrt(options.qk_nope_head_dim + options.qk_rope_head_dim)
         layer = AttentionLayerView(options.num_heads, None, **options.dims, prefill_backend=compat.mla_prefill_backend(
             config, options.num_heads, scale, options.dims))
         config.compilation_config.static_forward_context[LAYER_NAME] = layer
         spec = MLAAttentionSpec(block_size=page_size_of(options), num_kv_heads=1,
                                 head_size=options.kv_lora_rank + options.qk_rope_head_dim, dtype=torch.bfloat16)
-        return cls.get_builder_cls()(spec, [LAYER_NAME], config, device)
+        return builder_cls(spec, [LAYER_NAME], config, device)
 
-
-def backend_in(module, name: str):
-    """The backend class named ``name`` defined in ``module``."""
-    for value in vars(module).values():
-        if isinstance(value, type) and value.__module__ == module.__name__ and hasattr(value, "get_builder_cls") \
-                and getattr(value, "get_name", None) and value.get_name() == name:
-            return value
-    raise compat.MissingVllmField(f"{module.__name__} defines no backend named {name}")

@@ -40,7 +40,9 @@ class SchedulingOnHost:
 class MlaBuildHarness:
     options: MlaOptions = field(default_factory=MlaOptions)
     gpu: EmulatedGpu = BLACKWELL
-    backend_module: Any = None  # a copy of the backend's module on a regressed common MLA module (self-check)
+    # The self-check's copies: the backend's module built on a regressed copy of vLLM's common MLA module.
+    backend_module: Any = None
+    common_module: Any = None
 
     def __post_init__(self) -> None:
         self.vllm_config = vllm_config(self.options, self.gpu)
@@ -50,7 +52,7 @@ class MlaBuildHarness:
         self.scheduling = SchedulingOnHost(self.gpu.sm_count)
 
     def fresh_builder(self):
-        return make_builder(self.options, self.gpu, self.backend_module, self.device)
+        return make_builder(self.options, self.gpu, self.backend_module, self.device, self.common_module)
 
     @property
     def decode_threshold(self) -> int:
@@ -71,7 +73,7 @@ class MlaBuildHarness:
 
     def build(self, batch: Batch, watch_syncs: bool = False, builder: Any = None) -> BuildResult:
         device_batch = self.device_batch(batch)
-        modules = (self.backend_module,) if self.backend_module is not None else ()
+        modules = tuple(m for m in (self.backend_module, self.common_module) if m is not None)
         self.scheduling.calls.clear()
         with builder_context(self.vllm_config, self.gpu, modules), torch.no_grad(), self._kernel_fakes():
             metadata, sentinel, cuda_syncs = run_build(builder or self.builder, device_batch, self.device, watch_syncs)

@@ -1,8 +1,10 @@
-"""The tier catches the bugs it exists for: re-apply each of PR #39546's regressions to a copy of
-vLLM's module, run the build-path tier against it, and require red; the unchanged copy must stay green."""
+"""The tier catches the bugs it exists for: re-apply each regression (PR #39546's two, the later FlashInfer
+and MLA builder bugs) to a copy of vLLM's module, run the build-path tier against it, and require red; the
+unchanged copies must stay green."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.selfcheck
 TIER = [f"spec_decode_ci.suites.{module}" for module in
         ("test_guard_truth_table", "test_reference_equality", "test_poisoning", "test_properties",
          "test_cuda_graph_padding", "test_build_isolation", "test_page_locked_plan_inputs",
-         "test_decode_context_parallel")]
+         "test_decode_context_parallel", "test_mla_builders")]
 
 # What must go red under each regression (a subset of what does).
 MUST_FAIL = {
@@ -34,6 +36,12 @@ MUST_FAIL = {
     "dcp_shared_mutation": ["test_rank_local_metadata_without_speculation[0-trtllm]",
                             "test_rank_local_metadata_without_speculation[1-native]"],
     "dcp_global_pages": ["test_rank_local_metadata[world2-rank1-native]", "test_rank_local_metadata[world4-rank3-native]"],
+    "mla_prefill_host_sync": ["test_build_does_not_sync[FLASHINFER_MLA-mixed]",
+                              "test_build_does_not_sync[FLASHINFER_MLA-prefill-only-chunked]"],
+    "mla_context_counts_queries": ["test_fields_equal_reference[FLASHINFER_MLA-mixed]",
+                                   "test_fields_equal_reference[FLASHINFER_MLA-mixed-long-context]"],
+    "mla_stale_decode_seq_lens": ["test_poison_does_not_reach_the_kernels[FLASHINFER_MLA]",
+                                  "test_fields_equal_reference[FLASHINFER_MLA-decode-only]"],
     "none": [],
 }
 
@@ -49,8 +57,7 @@ def run_tier(regression: str) -> tuple[int, set[str], str]:
 
 @pytest.mark.parametrize("regression", sorted(REGRESSIONS))
 def test_tier_verdict_under_regression(regression):
-    import vllm.v1.attention.backends.flashinfer as original
-
+    original = importlib.import_module(REGRESSIONS[regression].target)
     if not REGRESSIONS[regression].present(original):
         pytest.skip(f"this vLLM lacks the code {regression!r} undoes: the tier meets that bug natively here")
     patched_backend(regression)  # fails here, clearly, if vLLM's code no longer has what the regression edits
