@@ -29,8 +29,9 @@ class EmulatedGpu:
     capability: tuple[int, int] = (10, 0)
     trtllm_prefill: bool = True
     trtllm_decode: bool = True
-    # On a machine without CUDA: whether host memory can be page-locked (a CUDA driver's service). Off, vLLM
-    # takes its pageable paths; on, page-locking is emulated (``PageLocking``) so what vLLM pins can be checked.
+    # On a machine without CUDA: whether vLLM is told host memory can be page-locked (a CUDA driver's service).
+    # Off, vLLM takes its pageable paths; on, it pins where it would on a GPU. Either way a pin vLLM asks for is
+    # emulated (``PageLocking``), so code that pins unconditionally runs and what it pinned can be checked.
     page_locking: bool = False
     sm_count: int = 148  # B200
 
@@ -123,7 +124,7 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
             # Hardware boundary: a CPU-only box reports no device type, and vLLM's DeviceConfig then fails.
             stack.enter_context(mock.patch.object(platform_cls, "device_type", "cuda"))
             # Hardware boundary: page-locked host memory needs a CUDA driver; every place vLLM decides it says
-            # what the emulated machine offers, and with page-locking on, the page-locking is emulated.
+            # what the emulated machine offers, and the pins vLLM asks for are emulated.
             available = gpu.page_locking
             stack.enter_context(mock.patch.object(platform_cls, "is_pin_memory_available",
                                                   classmethod(lambda cls: available)))
@@ -133,8 +134,7 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
             for owner, name, value in compat.page_locking_switches((fi_utils, fi_backend, mla_common, *extra_modules),
                                                                    available):
                 stack.enter_context(mock.patch.object(owner, name, value))
-            if available:
-                stack.enter_context(PageLocking())
+            stack.enter_context(PageLocking())
         # Hardware boundary: TRTLLM cubins count as present (the real check downloads from NVIDIA).
         stack.enter_context(mock.patch.object(fi_utils, "has_nvidia_artifactory", lambda: True))
         for module in (fi_utils, fi_backend, *extra_modules):
