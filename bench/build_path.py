@@ -3,7 +3,8 @@
 >= 2,000 random batches within <= 30 s).
 
 Prints: wall time of the tier's pytest run; random batches through the real build() per second; host syncs
-per build() by batch class (sentinel); CPU time of one build() for a few batch shapes.
+per build() by batch class (sentinel); CPU time of one build() for a few batch shapes; the same for each MLA
+builder on vLLM's SM100 list that runs here.
 """
 
 from __future__ import annotations
@@ -65,8 +66,42 @@ def main() -> None:
             times.append(time.process_time() - start)
         print(f"  {d:2d} decodes + {p:2d} prefills: {statistics.median(times) * 1e3:6.2f} ms")
 
+    mla_numbers()
+
     if os.environ.get("SKIP_TIER_RUN") != "1":
         print(f"build-path tier (pytest -m build_path, fresh process): {tier_wall_time():6.1f} s")
+
+
+def mla_numbers() -> None:
+    from spec_decode_ci.flashinfer.batches import Choices, random_spec_decode_batch, spec_decode_batch
+    from spec_decode_ci.mla.builder import MlaOptions, sm100_dense_backends
+    from spec_decode_ci.mla.harness import MlaBuildHarness
+
+    print("MLA builders (emulated SM100): random batches/s, host syncs decode-only/prefill-only/mixed, "
+          "CPU ms of one 8+8 build()")
+    for name, why in sm100_dense_backends():
+        if why:
+            print(f"  {name:15s} not run here: {why}")
+            continue
+        h = MlaBuildHarness(MlaOptions(backend=name))
+        choose = Choices(random.Random(0))
+        batches = [random_spec_decode_batch(choose, h.page_size, h.options.num_spec_tokens, h.options.max_model_len)
+                   for _ in range(500)]
+        start = time.perf_counter()
+        for b in batches:
+            h.build(b)
+        rate = len(batches) / (time.perf_counter() - start)
+        syncs = [len(h.build(spec_decode_batch(d, p, h.options.num_spec_tokens, h.page_size, seed=1,
+                                               decode_query_len=min(4, h.decode_threshold)), watch_syncs=True).syncs)
+                 for d, p in [(4, 0), (0, 4), (4, 4)]]
+        batch = spec_decode_batch(8, 8, h.options.num_spec_tokens, h.page_size, seed=2,
+                                  decode_query_len=min(4, h.decode_threshold))
+        times = []
+        for _ in range(50):
+            start = time.process_time()
+            h.build(batch)
+            times.append(time.process_time() - start)
+        print(f"  {name:15s} {rate:6.0f}/s  syncs {syncs}  {statistics.median(times) * 1e3:6.2f} ms")
 
 
 if __name__ == "__main__":

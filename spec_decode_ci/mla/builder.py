@@ -39,6 +39,7 @@ class MlaOptions:
     max_num_seqs: int = 64
     max_model_len: int = 4096
     page_size: int = 0  # 0: the backend's first supported kernel block size
+    kv_cache_dtype: str = "auto"  # "auto": the model's dtype (bf16)
 
     @property
     def dims(self) -> dict[str, int]:
@@ -64,7 +65,7 @@ def page_size_of(options: MlaOptions) -> int:
 
 
 def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | None]]:
-    """Each dense MLA backend vLLM's platform would try for a bf16 DeepSeek-style model on ``gpu``, in its order,
+    """Each dense MLA backend vLLM's platform would try for a DeepSeek-style model on ``gpu``, in its order,
     with the reason it cannot be tested here (None when it can)."""
     from vllm.platforms.interface import DeviceCapability
     from vllm.triton_utils import HAS_TRITON
@@ -84,24 +85,29 @@ def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | 
             continue
         if not cls.supports_compute_capability(DeviceCapability(*gpu.capability)):
             found.append((name, f"not supported on sm{gpu.capability[0]}{gpu.capability[1]}"))
-        elif "auto" not in cls.supported_kv_cache_dtypes:
-            found.append((name, f"needs a quantized KV cache ({cls.supported_kv_cache_dtypes})"))
         else:
             found.append((name, None))
     return found
 
 
+def kv_cache_dtype_of(options: MlaOptions) -> str:
+    """The options' KV-cache dtype if the backend takes it, else the first the backend takes (some SM100 MLA
+    kernels exist only for an FP8 cache)."""
+    supported = list(backend_class(options.backend).supported_kv_cache_dtypes)
+    return options.kv_cache_dtype if options.kv_cache_dtype in supported else supported[0]
+
+
 def vllm_config(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL):
     return _vllm_config(options.num_heads, options.num_spec_tokens, options.max_num_seqs, options.max_model_len,
-                        page_size_of(options), tuple(sorted(options.dims.items())), gpu)
+                        page_size_of(options), tuple(sorted(options.dims.items())), kv_cache_dtype_of(options), gpu)
 
 
 @lru_cache(maxsize=None)
-def _vllm_config(num_heads, num_spec_tokens, max_num_seqs, max_model_len, page_size, dims, gpu):
+def _vllm_config(num_heads, num_spec_tokens, max_num_seqs, max_model_len, page_size, dims, kv_cache_dtype, gpu):
     from vllm.engine.arg_utils import EngineArgs
 
     kwargs: dict[str, Any] = dict(skip_tokenizer_init=True, block_size=page_size, max_num_seqs=max_num_seqs,
-                                  max_model_len=max_model_len, dtype="bfloat16")
+                                  max_model_len=max_model_len, dtype="bfloat16", kv_cache_dtype=kv_cache_dtype)
     if num_spec_tokens:
         kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": num_spec_tokens}
     with tempfile.TemporaryDirectory(prefix="spec-decode-ci-mla-") as base, emulated_platform(gpu):
@@ -156,7 +162,9 @@ def make_builder(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL, backend_modu
         layer = AttentionLayerView(options.num_heads, None, **options.dims, prefill_backend=compat.mla_prefill_backend(
             config, options.num_heads, scale, options.dims))
         config.compilation_config.static_forward_context[LAYER_NAME] = layer
+        kv_dtype = kv_cache_dtype_of(options)
         spec = MLAAttentionSpec(block_size=page_size_of(options), num_kv_heads=1,
-                                head_size=options.kv_lora_rank + options.qk_rope_head_dim, dtype=torch.bfloat16)
+                                head_size=options.kv_lora_rank + options.qk_rope_head_dim,
+                                dtype=torch.bfloat16 if kv_dtype == "auto" else torch.uint8, cache_dtype_str=kv_dtype)
         return builder_cls(spec, [LAYER_NAME], config, device)
 

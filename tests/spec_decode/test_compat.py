@@ -87,3 +87,40 @@ def test_readme_claims_the_releases_compat_runs():
     readme = checkout / "README.md"
     text = readme.read_text()
     assert f"vLLM {compat.OLDEST}" in text and f"through {compat.NEWEST}" in text
+
+
+def test_mla_priorities_come_from_vllms_platform_rule():
+    """The SM100 and SM90 MLA lists are vLLM's (compiled from its CUDA platform's source), not ours: they are
+    names of registered backends and differ between the two GPUs."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    sm100, sm90 = compat.mla_backend_priorities((10, 0)), compat.mla_backend_priorities((9, 0))
+    assert sm100 and sm90 and sm100 != sm90
+    assert set(sm100) | set(sm90) <= {b.name for b in AttentionBackendEnum}
+
+
+def test_mla_priorities_missing_rule_fails_by_name(tmp_path, monkeypatch):
+    import importlib.util
+
+    renamed = tmp_path / "cuda.py"
+    renamed.write_text("def _backend_priorities_v2(use_mla, device_capability):\n    return []\n")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: types.SimpleNamespace(origin=str(renamed))
+                        if name == "vllm.platforms.cuda" else real_find_spec(name, *a))
+    with pytest.raises(compat.MissingVllmField, match="has no _get_backend_priorities"):
+        compat.mla_backend_priorities((10, 0))
+
+
+def test_mla_context_chunks_read_both_layouts():
+    """Per chunk, (prefill, first context token, tokens) from the tensor layout (one row per chunk over every
+    prefill) and from the ContextChunk list (one per run of prefills)."""
+    import torch
+
+    rows = types.SimpleNamespace(starts=torch.tensor([[0, 0], [256, 256]]),
+                                 cu_seq_lens=torch.tensor([[0, 256, 356], [0, 44, 44]]))
+    assert compat.mla_context_chunks(rows) == [[(0, 0, 256), (1, 0, 100)], [(0, 256, 44), (1, 256, 0)]]
+    chunk = types.SimpleNamespace(request_slice=slice(1, 3), starts=torch.tensor([0, 64]),
+                                  cu_seq_lens=torch.tensor([0, 10, 30]))
+    assert compat.mla_context_chunks(types.SimpleNamespace(chunks=[chunk])) == [[(1, 0, 10), (2, 64, 20)]]
+    with pytest.raises(compat.MissingVllmField, match="starts"):
+        compat.mla_context_chunks(types.SimpleNamespace(cu_seq_lens=torch.tensor([[0]])))
