@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import dataclasses
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -83,6 +84,7 @@ class SuiteConfig:
     suites: dict[str, tuple[Case, ...]]
     tiny_models: dict[str, str]  # name -> family: random-weight models written on the machine before the run
     tiny_eagle3_heads: dict[str, str]  # name -> the tiny model it drafts for: random-weight EAGLE-3 heads
+    tiny_eagle1_heads: dict[str, str] = dataclasses.field(default_factory=dict)  # the same for EAGLE-1 heads
 
     def cases(self, suite: str) -> tuple[Case, ...]:
         return self.suites.get(suite, ())
@@ -170,12 +172,16 @@ def parse(path: Path) -> SuiteConfig:
     suites_section.allowed += list(suites)
     suites_section.finish()
     tiny_models = _names(top, "tiny_models", "tiny models by name", one_of(FAMILIES))
-    heads = _names(top, "tiny_eagle3_heads", "tiny EAGLE-3 heads by name", one_of(tuple(tiny_models)))
-    for name in heads:
-        if name in tiny_models:
-            raise doc.error(f"tiny_eagle3_heads.{name}", "expected a name not used in tiny_models")
+    heads = {}
+    for key, what in (("tiny_eagle3_heads", "tiny EAGLE-3 heads by name"), ("tiny_eagle1_heads",
+                                                                          "tiny EAGLE-1 heads by name")):
+        heads[key] = _names(top, key, what, one_of(tuple(tiny_models)))
+        for name in heads[key]:
+            if name in tiny_models or (key == "tiny_eagle1_heads" and name in heads["tiny_eagle3_heads"]):
+                raise doc.error(f"{key}.{name}", "expected a name not used for another tiny model")
     top.finish()
-    return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models, heads)
+    return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models, heads["tiny_eagle3_heads"],
+                       heads["tiny_eagle1_heads"])
 
 
 @lru_cache(maxsize=None)

@@ -41,7 +41,7 @@ def resolve(config: SuiteConfig, tiny_model_root: Path) -> SuiteConfig:
     from spec_decode_ci.e2e.tiny_models import write_tiny_models
 
     return config.with_models(write_tiny_models(tiny_model_root, config.tiny_models, config.tiny_eagle3_heads,
-                                                weights=True))
+                                                weights=True, eagle1_heads=config.tiny_eagle1_heads))
 
 
 class CaseRuns:
@@ -98,6 +98,7 @@ def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None
     builds = spec.builds
     record_property("builds", len(builds.batches))
     record_property("mixed_batches", builds.mixed_batches)
+    record_property("builder_mixed_batches", builds.builder_mixed_batches)
     record_property("host_syncs_in_build", len(builds.syncs))
     floor = runs.config.engine.min_mixed_batches
     assert builds.mixed_batches >= floor, (

@@ -23,13 +23,29 @@ from spec_decode_ci.sync import cuda_sync_warnings
 
 @dataclass
 class BuildLog:
-    batches: list[tuple[int, int]] = field(default_factory=list)  # (num_prefills, num_decodes) per build
+    # (prefill chunks, decode steps) per build as scheduled: a request with more query tokens than a decode
+    # step has (1 + k) is prefilling. Without TRTLLM decode (Hopper) the builder itself calls every speculative
+    # decode step a prefill; ``builder_batches`` keeps its (num_prefills, num_decodes).
+    batches: list[tuple[int, int]] = field(default_factory=list)
     syncs: list[str] = field(default_factory=list)
     syncs_per_build: list[int] = field(default_factory=list)
+    builder_batches: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def mixed_batches(self) -> int:
         return sum(1 for p, d in self.batches if p and d)
+
+    @property
+    def builder_mixed_batches(self) -> int:
+        return sum(1 for p, d in self.builder_batches if p and d)
+
+
+def scheduled_phases(common_attn_metadata, decode_max_query_len: int) -> tuple[int, int]:
+    """(prefill chunks, decode steps) of a batch from its host query offsets; zero-length (padded) requests
+    are neither."""
+    bounds = common_attn_metadata.query_start_loc_cpu[:common_attn_metadata.num_reqs + 1].tolist()
+    lengths = [b - a for a, b in zip(bounds, bounds[1:])]
+    return sum(q > decode_max_query_len for q in lengths), sum(0 < q <= decode_max_query_len for q in lengths)
 
 
 @dataclass
@@ -53,20 +69,24 @@ class Run:
 
 
 @contextmanager
-def observed_builds(log: BuildLog) -> Iterator[None]:
+def observed_builds(log: BuildLog, decode_max_query_len: int = 1) -> Iterator[None]:
+    """Every FlashInfer ``build()`` recorded in ``log``; decode steps have at most ``decode_max_query_len``
+    query tokens (1 + k when speculating)."""
     import torch
     import vllm.v1.attention.backends.flashinfer as fi_backend
 
     original = fi_backend.FlashInferMetadataBuilder.build
 
-    def build(self, *args, **kwargs):
-        if torch.cuda.is_current_stream_capturing():
-            return original(self, *args, **kwargs)  # CUDA graph capture: nothing real to observe
+    def build(self, common_prefix_len, common_attn_metadata, *args, **kwargs):
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():  # capture: nothing real to observe
+            return original(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
+        phases = scheduled_phases(common_attn_metadata, decode_max_query_len)  # host offsets, read before build
         with cuda_sync_warnings() as synced:
-            metadata = original(self, *args, **kwargs)
+            metadata = original(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
         log.syncs += synced
         log.syncs_per_build.append(len(synced))
-        log.batches.append((metadata.num_prefills, metadata.num_decodes))
+        log.batches.append(phases)
+        log.builder_batches.append((metadata.num_prefills, metadata.num_decodes))
         return metadata
 
     with mock.patch.object(fi_backend.FlashInferMetadataBuilder, "build", build):
@@ -112,7 +132,7 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
     with ExitStack() as stack:
         # the builder must run in this process to be observed; the caller's environment is restored after
         stack.enter_context(mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}))
-        stack.enter_context(observed_builds(log))
+        stack.enter_context(observed_builds(log, 1 + case.num_speculative_tokens if speculative else 1))
         stack.enter_context(compat.vllm_sync_check_as_errors())  # vLLM's own check too, where it has one
         llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
         tokens_only = config.engine.skip_tokenizer_init

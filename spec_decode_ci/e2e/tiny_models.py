@@ -111,22 +111,66 @@ def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 40
     continuations in fp32 and bf16 differ on 6 of 6 prompts), so equality with the plain run would test
     numerics, not speculation. Here each layer's output projections are damped (x0.1) and the LM head is the
     embedding matrix in a fixed permutation: the next token is mostly decided by the current one, with a wide
-    margin, while attention and the KV cache still take part in every step."""
+    margin, while attention and the KV cache still take part in every step.
+
+    A ``mimo`` target (Qwen2 layers) also gets its MTP layer (``write_mtp_layer``)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from safetensors.torch import save_file
 
     write_target(directory, family, max_len)
-    config = AutoConfig.from_pretrained(directory, trust_remote_code=family == "mimo")
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    model = _transformers_model(directory, family)
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.mul_(0.1)
             layer.mlp.down_proj.weight.mul_(0.1)
         embed = model.model.embed_tokens.weight
         model.lm_head.weight.copy_(embed[torch.randperm(embed.shape[0])])
-    model.to(torch.bfloat16).save_pretrained(directory, safe_serialization=True)
+    weights = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    if family == "mimo":
+        weights.update(mtp_layer_weights(weights))
+    # the config written above stays: transformers would name a MiMo target Qwen2ForCausalLM
+    save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
     return directory
+
+
+def _transformers_model(directory: Path, family: str):
+    """The family's transformers model for the config in ``directory`` (MiMo's layers are Qwen2's)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if family == "mimo":
+        config = Qwen2Config.from_dict(json.loads((directory / "config.json").read_text()))
+        return Qwen2ForCausalLM(config).to(torch.float32)
+    return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(directory), torch_dtype=torch.float32)
+
+
+MTP_PREFIX = "model.mtp_layers.0."
+
+
+def mtp_layer_weights(target: dict[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+    """MiMo's MTP layer for a ``write_weights`` target, built so that its proposal is the target's next token.
+
+    vLLM runs it on the target's hidden state at position t and the embedding of token t+1:
+    ``input_proj(concat(hidden_norm(h_t), token_norm(embed[t+1])))`` through one Qwen2 decoder layer, a final
+    norm and the target's LM head, and asks for token t+2. Here ``input_proj`` keeps only the embedding half and
+    the decoder layer is a copy of the target's last (damped) layer, so the state is embed[t+1] plus a small
+    attention and MLP term and the LM head (the permuted embeddings) picks the target's own successor of
+    token t+1: every proposal is right by construction, while the layer still reads the drafter's KV cache."""
+    import torch
+
+    hidden = target["model.embed_tokens.weight"].shape[1]
+    last = max(int(k.split(".")[2]) for k in target if k.startswith("model.layers."))
+    block = {k[len(f"model.layers.{last}."):]: v.clone() for k, v in target.items()
+             if k.startswith(f"model.layers.{last}.")}
+    ones = torch.ones(hidden, dtype=torch.bfloat16)
+    return {
+        **{MTP_PREFIX + k: v for k, v in block.items()},
+        MTP_PREFIX + "token_layernorm.weight": ones, MTP_PREFIX + "hidden_layernorm.weight": ones.clone(),
+        MTP_PREFIX + "final_layernorm.weight": ones.clone(),
+        MTP_PREFIX + "input_proj.weight": torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)
+        .to(torch.bfloat16),
+    }
 
 
 def lm_head_permutation(weights: dict[str, "torch.Tensor"]) -> "torch.Tensor":
@@ -187,15 +231,52 @@ def write_eagle3_weights(directory: Path, target_dir: Path, seed: int = 0, max_l
     return directory
 
 
+def write_eagle1_weights(directory: Path, target_dir: Path, seed: int = 0, max_len: int = 4096) -> Path:
+    """A random-weight EAGLE-1 head for a ``write_weights`` target whose every proposal is the target's choice.
+
+    vLLM's EAGLE-1 runs ``fc(concat(embed[t+1], h_t))`` through one Llama decoder layer (no input norm) and the
+    target's LM head (the head ships neither LM head nor embeddings), and asks for token t+2. Here ``fc`` keeps
+    only the embedding and the layer's output projections are damped, so the state is embed[t+1] plus a small
+    term and the target's LM head picks the target's successor of t+1. Later proposals of a drafting step read
+    the head's own state and the embedding of its last proposal, so they are right as well: all k by
+    construction. The attention weights are random: the layer still runs on the drafter's KV cache."""
+    import torch
+    from safetensors.torch import save_file
+
+    write_eagle1_head(directory, max_len)
+    gen = torch.Generator().manual_seed(seed)
+
+    def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen) * 0.02 * scale
+
+    q_out, kv_out, inter = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, 2 * HIDDEN
+    weights = {
+        "layers.0.post_attention_layernorm.weight": torch.ones(HIDDEN),
+        "layers.0.self_attn.q_proj.weight": normal(q_out, HIDDEN),
+        "layers.0.self_attn.k_proj.weight": normal(kv_out, HIDDEN),
+        "layers.0.self_attn.v_proj.weight": normal(kv_out, HIDDEN),
+        "layers.0.self_attn.o_proj.weight": normal(HIDDEN, q_out, scale=0.1),
+        "layers.0.mlp.gate_proj.weight": normal(inter, HIDDEN),
+        "layers.0.mlp.up_proj.weight": normal(inter, HIDDEN),
+        "layers.0.mlp.down_proj.weight": normal(HIDDEN, inter, scale=0.1),
+        "fc.weight": torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, HIDDEN)], dim=1),
+    }
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
+              str(directory / "model.safetensors"), metadata={"format": "pt"})
+    return directory
+
+
 def write_tiny_models(root: Path, targets: dict[str, str], eagle3_heads: dict[str, str],
-                      weights: bool) -> dict[str, str]:
+                      weights: bool, eagle1_heads: dict[str, str] | None = None) -> dict[str, str]:
     """Writes a suite configuration's tiny models under ``root``: name -> directory.
 
-    ``targets`` maps a name to a family, ``eagle3_heads`` a head's name to its target's name. Without
-    ``weights`` only the configs are written (vLLM's engine configuration never reads weights)."""
+    ``targets`` maps a name to a family, ``eagle3_heads`` and ``eagle1_heads`` a head's name to its target's
+    name. Without ``weights`` only the configs are written (vLLM's engine configuration never reads weights)."""
     written = {name: write_weights(root / name, family) if weights else write_target(root / name, family)
                for name, family in targets.items()}
     for name, target in eagle3_heads.items():
         written[name] = (write_eagle3_weights(root / name, written[target]) if weights
                          else write_eagle3_head(root / name, aux_layer_ids=EAGLE3_AUX_LAYERS))
+    for name, target in (eagle1_heads or {}).items():
+        written[name] = write_eagle1_weights(root / name, written[target]) if weights else write_eagle1_head(root / name)
     return {name: str(path) for name, path in written.items()}

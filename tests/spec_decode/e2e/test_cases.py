@@ -49,7 +49,7 @@ def unknown_family(data):
 
 @pytest.mark.parametrize("edit,path,expected", [
     (head_of_unknown_model, "tiny_eagle3_heads.tiny-llama-eagle3", "expected one of"),
-    (head_named_like_a_target, "tiny_eagle3_heads.tiny-llama", "not used in tiny_models"),
+    (head_named_like_a_target, "tiny_eagle3_heads.tiny-llama", "not used for another tiny model"),
     (unknown_case_key, "suites.eagle.0.drafter", "unknown key 'drafter'"),
     (eagle_without_draft, "suites.eagle.0", "needs a 'draft' checkpoint"),
     (unknown_family, "tiny_models.tiny-llama", "expected one of"),

@@ -1,0 +1,39 @@
+"""spec_decode_ci.e2e.runner: what the e2e runs record from vLLM's real FlashInfer builder."""
+
+from __future__ import annotations
+
+import pytest
+
+from spec_decode_ci.e2e.runner import BuildLog, observed_builds
+from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.flashinfer.batches import spec_decode_batch, padded_to_cuda_graph
+
+pytestmark = pytest.mark.e2e_offline
+
+
+def test_mixed_batches_counted_as_scheduled_whatever_the_builder_calls_them(harness_cache):
+    """Speculative decode steps (1 + k tokens) beside prefill chunks are a mixed batch. With TRTLLM decode the
+    builder agrees; without it (Hopper) the builder calls every decode step a prefill, and the count must not
+    follow it."""
+    for gpu, builder_view in [(EmulatedGpu(), (2, 3)), (EmulatedGpu(trtllm_prefill=False, trtllm_decode=False),
+                                                         (5, 0))]:
+        harness = harness_cache(gpu=gpu)
+        k = harness.options.num_spec_tokens
+        log = BuildLog()
+        with observed_builds(log, 1 + k):
+            harness.build(spec_decode_batch(3, 2, k, harness.options.page_size, seed=3, decode_query_len=1 + k))
+            harness.build(spec_decode_batch(4, 0, k, harness.options.page_size, seed=4, decode_query_len=1 + k))
+        assert log.batches == [(2, 3), (0, 4)]
+        assert log.builder_batches[0] == builder_view
+        assert (log.mixed_batches, log.builder_mixed_batches) == (1, int(all(builder_view)))
+
+
+def test_padded_requests_are_neither_prefill_nor_decode(harness_cache):
+    harness = harness_cache()
+    k = harness.options.num_spec_tokens
+    batch = padded_to_cuda_graph(spec_decode_batch(3, 0, k, harness.options.page_size, seed=5, decode_query_len=1 + k),
+                                 8 * (1 + k), 1 + k, harness.options.max_num_seqs)
+    log = BuildLog()
+    with observed_builds(log, 1 + k):
+        harness.build(batch)
+    assert log.batches == [(0, 3)]
