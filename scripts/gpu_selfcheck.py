@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""GPU self-check of the e2e suites: for each deliberate break of vLLM (spec_decode_ci/e2e/gpu_breaks.py), run
+the suite it targets on the GPU smoke's tiny models and require the break's tests to be red; with --control,
+run each suite unbroken too and require it green. Prints one row per run; exits non-zero if a break went
+unnoticed or a control run was red.
+
+    SPEC_DECODE_E2E_CONFIG=cases.h200_smoke.yaml python scripts/gpu_selfcheck.py [--control] [BREAK ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, patched_source
+
+SUITES = Path(__file__).resolve().parent.parent / "tests" / "spec_decode" / "e2e"
+
+
+def run_suite(suite_module: str, brk: str | None) -> tuple[int, set[str], float, str]:
+    env = {**os.environ, ENV: brk or ""}
+    env.setdefault("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
+                           "-p", "spec_decode_ci.e2e.gpu_breaks", "-m", "e2e", str(SUITES / suite_module)],
+                          env=env, capture_output=True, text=True)
+    failed = set(re.findall(r"^FAILED \S*?::(?:\w+::)?(\S+)", proc.stdout, re.M))
+    return proc.returncode, failed, time.perf_counter() - start, proc.stdout[-2500:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("breaks", nargs="*", help=f"breaks to run (default: all of {', '.join(BREAKS)})")
+    parser.add_argument("--control", action="store_true", help="also run each suite without a break")
+    args = parser.parse_args()
+    unknown = [n for n in args.breaks if n not in BREAKS]
+    if unknown:
+        parser.error(f"unknown break(s) {unknown}; expected some of {sorted(BREAKS)}")
+    names = args.breaks or list(BREAKS)
+    for name in names:
+        patched_source(BREAKS[name])  # a break that no longer applies fails here, before any GPU time
+    ok = True
+    print(f"{'break':30s} {'suite':24s} {'verdict':8s} {'wall':>6s}  red tests")
+    if args.control:
+        for suite in dict.fromkeys(BREAKS[n].suite_module for n in names):
+            code, failed, wall, tail = run_suite(suite, None)
+            green = code == 0 and not failed
+            ok &= green
+            print(f"{'(none: control)':30s} {suite:24s} {'green' if green else 'RED':8s} {wall:6.0f}  "
+                  f"{sorted(failed)}")
+            if not green:
+                print(tail)
+    for name in names:
+        brk = BREAKS[name]
+        code, failed, wall, tail = run_suite(brk.suite_module, name)
+        missing = [t for t in brk.must_fail if t not in failed]
+        caught = code != 0 and not missing
+        ok &= caught
+        print(f"{name:30s} {brk.suite_module:24s} {'red' if caught else 'MISSED':8s} {wall:6.0f}  {sorted(failed)}")
+        if not caught:
+            print(f"  expected red: {list(brk.must_fail)}\n{tail}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

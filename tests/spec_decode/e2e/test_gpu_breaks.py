@@ -1,0 +1,48 @@
+"""spec_decode_ci.e2e.gpu_breaks: every break of the GPU self-check applies to the installed vLLM, and an
+installed break changes vLLM's behaviour in this process without touching the installed file."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from spec_decode_ci.e2e.gpu_breaks import BREAKS, BreakDoesNotApply, GpuBreak, patched_source
+
+pytestmark = pytest.mark.e2e_offline
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_break_applies_once_to_the_installed_vllm(name):
+    origin, patched = patched_source(BREAKS[name])
+    assert patched != open(origin).read()
+
+
+def test_a_break_whose_code_is_gone_fails_by_name():
+    gone = GpuBreak("gone", "", "vllm.v1.attention.backends.flashinfer", r"no_such_code\(\)", "", "x.py", ())
+    with pytest.raises(BreakDoesNotApply, match="does not apply to .*flashinfer.py"):
+        patched_source(gone)
+
+
+def test_installed_host_sync_break_is_seen_by_the_sentinel_and_leaves_the_file_alone():
+    """With ``host_sync_in_build`` installed, the real builder's build() now syncs on an all-TRTLLM batch (the
+    tier's sentinel sees it); the installed flashinfer.py is byte-for-byte the same."""
+    origin, _ = patched_source(BREAKS["host_sync_in_build"])
+    before = hashlib.sha256(open(origin, "rb").read()).hexdigest()
+    script = textwrap.dedent("""
+        from spec_decode_ci.e2e import gpu_breaks
+        gpu_breaks.install("host_sync_in_build")
+        import vllm.v1.attention.backends.flashinfer as fi
+        assert getattr(fi, gpu_breaks.MARKER) == "host_sync_in_build"
+        from spec_decode_ci.flashinfer.batches import spec_decode_batch
+        from spec_decode_ci.flashinfer.harness import BuildHarness
+        h = BuildHarness()
+        result = h.build(spec_decode_batch(3, 2, 3, 16, seed=1, decode_query_len=4), watch_syncs=True)
+        print("SYNCS", len(result.syncs))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert "SYNCS 1" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert hashlib.sha256(open(origin, "rb").read()).hexdigest() == before
