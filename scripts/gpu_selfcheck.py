@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, patched_source
 

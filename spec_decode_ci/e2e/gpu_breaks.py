@@ -26,7 +26,7 @@ class GpuBreak:
     module: str  # the vLLM module whose copy is patched
     pattern: str  # matched once in its source
     replacement: str
-    suite_module: str  # the e2e test module (tests/spec_decode/e2e/) whose checks must go red
+    suite_module: str  # the e2e test module (spec_decode_ci.suites.e2e) whose checks must go red
     must_fail: tuple[str, ...]  # test ids (function[case]) that must be red
 
 
@@ -36,26 +36,26 @@ BREAKS = {b.name: b for b in [
              "vllm.v1.sample.rejection_sampler",
              r"target_argmax = target_logits\.argmax\(dim=-1\)",
              "target_argmax = draft_token_ids.to(target_logits.device)",
-             "test_eagle.py", ("test_greedy_output_matches_target[tiny-llama-eagle3]",)),
+             "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",)),
     GpuBreak("eagle_hidden_states_shifted",
              "the drafter reads the target's hidden states one position late",
              "vllm.v1.spec_decode.llm_base_proposer",
              r"self\.hidden_states\[:num_tokens\] = target_hidden_states",
              "self.hidden_states[:num_tokens] = torch.roll(target_hidden_states, 1, 0)",
-             "test_eagle.py", ("test_acceptance[tiny-llama-eagle3]",)),
+             "test_eagle", ("test_acceptance[tiny-llama-eagle3]",)),
     GpuBreak("host_sync_in_build",
              "FlashInfer's build() reads the longest sequence back to the host (.item()) on every call",
              "vllm.v1.attention.backends.flashinfer",
              r"\n(?P<indent>[ \t]*)max_seq_len = common_attn_metadata\.max_seq_len\n",
              "\n\\g<indent>max_seq_len = common_attn_metadata.max_seq_len\n"
              "\\g<indent>_longest = int(common_attn_metadata.seq_lens.max().item())\n",
-             "test_draft_model.py", ("test_mixed_batches_without_host_sync[tiny-llama-self]",)),
+             "test_draft_model", ("test_mixed_batches_without_host_sync[tiny-llama-self]",)),
     GpuBreak("mtp_drops_the_token",
              "the MTP layer drops the embedding of the token it drafts after",
              "vllm.model_executor.models.mimo_mtp",
              r"inputs_embeds = self\.token_layernorm\(inputs_embeds\)",
              "inputs_embeds = self.token_layernorm(torch.zeros_like(inputs_embeds))",
-             "test_speculators_mtp.py", ("test_acceptance[tiny-mimo-mtp]",)),
+             "test_speculators_mtp", ("test_acceptance[tiny-mimo-mtp]",)),
 ]}
 
 

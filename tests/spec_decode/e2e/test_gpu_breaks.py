@@ -22,7 +22,7 @@ def test_break_applies_once_to_the_installed_vllm(name):
 
 
 def test_a_break_whose_code_is_gone_fails_by_name():
-    gone = GpuBreak("gone", "", "vllm.v1.attention.backends.flashinfer", r"no_such_code\(\)", "", "x.py", ())
+    gone = GpuBreak("gone", "", "vllm.v1.attention.backends.flashinfer", r"no_such_code\(\)", "", "test_x", ())
     with pytest.raises(BreakDoesNotApply, match="does not apply to .*flashinfer.py"):
         patched_source(gone)
 

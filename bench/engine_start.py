@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Where a vLLM engine's start goes on this GPU, with the GPU smoke's settings and tiny models: the first engine
+of a process on a fresh machine, then later ones (the e2e suites start two engines per case).
+
+Prints, per engine: wall time of ``LLM(...)`` and of its first ``generate``, vLLM's own timing lines (weights,
+memory profiling, KV cache, warm-up), and how much FlashInfer's JIT cache grew (kernels compiled for this GPU
+while it ran); then the import of vLLM. A B200 nightly step pays the first engine's figures once per step,
+plus a later engine's per further engine. Needs a GPU; with ``--spec CASE_ID`` the second and third engines
+are that smoke case's speculative engine.
+
+    SPEC_DECODE_E2E_CONFIG=cases.h200_smoke.yaml python bench/engine_start.py [--spec tiny-llama-eagle3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the suites run the engine in-process too
+
+TIMING = re.compile(r"(took|takes|finished in|Loading weights|Memory profiling|KV cache|warm|compil|graph)",
+                    re.IGNORECASE)
+
+
+class Timings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if TIMING.search(message):
+            self.lines.append(f"{record.created:.1f} {record.name}: {message[:160]}")
+
+
+def jit_cache_bytes() -> int:
+    roots = [Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", Path.home())) / ".cache" / "flashinfer",
+             Path.home() / ".cache" / "vllm", Path.home() / ".triton" / "cache"]
+    return sum(f.stat().st_size for root in roots if root.exists() for f in root.rglob("*") if f.is_file())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", help="a smoke case id whose speculative engine is started second and third")
+    args = parser.parse_args()
+
+    start = time.perf_counter()
+    import vllm  # noqa: F401
+    from vllm import LLM, SamplingParams
+
+    print(f"import vllm: {time.perf_counter() - start:6.1f} s")
+    from spec_decode_ci.e2e import cases
+    from spec_decode_ci.e2e.checks import resolve
+    from spec_decode_ci.e2e.runner import _free_gpu_memory, prompts
+
+    config = resolve(cases.load(), Path(tempfile.mkdtemp(prefix="engine-start-")))
+    all_cases = [c for suite in config.suites.values() for c in suite]
+    case = next((c for c in all_cases if c.id == args.spec), all_cases[0])
+    handler = Timings()
+    logging.getLogger("vllm").addHandler(handler)
+    runs = [("first engine (target)", False), ("second engine", bool(args.spec)), ("third engine", bool(args.spec))]
+    for label, speculative in runs:
+        handler.lines.clear()
+        cache_before = jit_cache_bytes()
+        t0 = time.perf_counter()
+        llm = LLM(**cases.engine_kwargs(config, case, speculative))
+        t1 = time.perf_counter()
+        llm.generate(prompts(config), SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True,
+                                                      detokenize=False), use_tqdm=False)
+        t2 = time.perf_counter()
+        grown = (jit_cache_bytes() - cache_before) / 2**20
+        print(f"{label} ({'speculative ' + case.id if speculative else 'target alone'}): LLM() {t1 - t0:6.1f} s, "
+              f"first generate {t2 - t1:6.1f} s, JIT caches +{grown:.1f} MiB")
+        for line in handler.lines:
+            print("   ", line)
+        del llm
+        _free_gpu_memory()
+
+
+if __name__ == "__main__":
+    main()
