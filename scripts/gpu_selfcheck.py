@@ -18,7 +18,7 @@ import time
 
 from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, patched_source
 
-SUITES = Path(__file__).resolve().parent.parent / "tests" / "spec_decode" / "e2e"
+SUITES = "spec_decode_ci.suites.e2e"  # the installed suites (pip install ., or scripts/package_layout.sh)
 
 
 def run_suite(suite_module: str, brk: str | None) -> tuple[int, set[str], float, str]:
@@ -26,7 +26,8 @@ def run_suite(suite_module: str, brk: str | None) -> tuple[int, set[str], float,
     env.setdefault("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
-                           "-p", "spec_decode_ci.e2e.gpu_breaks", "-m", "e2e", str(SUITES / suite_module)],
+                           "-p", "spec_decode_ci.e2e.gpu_breaks", "-p", "spec_decode_ci.pytest_plugin",
+                           "-m", "e2e", "--pyargs", f"{SUITES}.{suite_module}"],
                           env=env, capture_output=True, text=True)
     failed = set(re.findall(r"^FAILED \S*?::(?:\w+::)?(\S+)", proc.stdout, re.M))
     return proc.returncode, failed, time.perf_counter() - start, proc.stdout[-2500:]
