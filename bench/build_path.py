@@ -20,6 +20,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent  # the tier's test modules; the harness comes from the install
 
 
+def median_build_ms(harness, batch, repeats: int = 50) -> float:
+    """CPU milliseconds of one ``build()`` of ``batch``, the median of ``repeats``."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        harness.build(batch)
+        times.append(time.process_time() - start)
+    return statistics.median(times) * 1e3
+
+
 def tier_wall_time() -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "build_path",
@@ -58,13 +68,8 @@ def main() -> None:
 
     print("CPU time of one build() (median of 50):")
     for d, p in [(1, 0), (8, 8), (32, 32), (0, 64)]:
-        batch = spec_decode_batch(d, p, k, 16, seed=2)
-        times = []
-        for _ in range(50):
-            start = time.process_time()
-            harness.build(batch)
-            times.append(time.process_time() - start)
-        print(f"  {d:2d} decodes + {p:2d} prefills: {statistics.median(times) * 1e3:6.2f} ms")
+        ms = median_build_ms(harness, spec_decode_batch(d, p, k, 16, seed=2))
+        print(f"  {d:2d} decodes + {p:2d} prefills: {ms:6.2f} ms")
 
     mla_numbers()
 
@@ -94,14 +99,9 @@ def mla_numbers() -> None:
         syncs = [len(h.build(spec_decode_batch(d, p, h.options.num_spec_tokens, h.page_size, seed=1,
                                                decode_query_len=min(4, h.decode_threshold)), watch_syncs=True).syncs)
                  for d, p in [(4, 0), (0, 4), (4, 4)]]
-        batch = spec_decode_batch(8, 8, h.options.num_spec_tokens, h.page_size, seed=2,
-                                  decode_query_len=min(4, h.decode_threshold))
-        times = []
-        for _ in range(50):
-            start = time.process_time()
-            h.build(batch)
-            times.append(time.process_time() - start)
-        print(f"  {name:15s} {rate:6.0f}/s  syncs {syncs}  {statistics.median(times) * 1e3:6.2f} ms")
+        ms = median_build_ms(h, spec_decode_batch(8, 8, h.options.num_spec_tokens, h.page_size, seed=2,
+                                                  decode_query_len=min(4, h.decode_threshold)))
+        print(f"  {name:15s} {rate:6.0f}/s  syncs {syncs}  {ms:6.2f} ms")
 
 
 if __name__ == "__main__":

@@ -115,7 +115,6 @@ def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 40
 
     A ``mimo`` target (Qwen2 layers) also gets its MTP layer (``write_mtp_layer``)."""
     import torch
-    from safetensors.torch import save_file
 
     write_target(directory, family, max_len)
     torch.manual_seed(seed)
@@ -126,12 +125,11 @@ def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 40
             layer.mlp.down_proj.weight.mul_(0.1)
         embed = model.model.embed_tokens.weight
         model.lm_head.weight.copy_(embed[torch.randperm(embed.shape[0])])
-    weights = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    weights = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
     if family == "mimo":
         weights.update(mtp_layer_weights(weights))
     # the config written above stays: transformers would name a MiMo target Qwen2ForCausalLM
-    save_file(weights, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    return directory
+    return _save_bf16(weights, directory)
 
 
 def _transformers_model(directory: Path, family: str):
@@ -198,37 +196,22 @@ def write_eagle3_weights(directory: Path, target_dir: Path, seed: int = 0, max_l
     the head's own state and are mostly rejected. The attention weights are random: the layer still runs on
     the drafter's KV cache and FlashInfer metadata in every step."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
     target = load_file(str(target_dir / "model.safetensors"))
     target_head, perm = target["lm_head.weight"], lm_head_permutation(target)
-    gen = torch.Generator().manual_seed(seed)
-
-    def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen) * 0.02 * scale
-
-    q_out, kv_out, inter = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, 2 * HIDDEN
     weights = {
         "midlayer.input_layernorm.weight": torch.ones(HIDDEN),
         "midlayer.hidden_norm.weight": torch.ones(HIDDEN),
-        "midlayer.post_attention_layernorm.weight": torch.ones(HIDDEN),
         # q, k, v read concat(embedding, hidden state): twice the hidden size
-        "midlayer.self_attn.q_proj.weight": normal(q_out, 2 * HIDDEN),
-        "midlayer.self_attn.k_proj.weight": normal(kv_out, 2 * HIDDEN),
-        "midlayer.self_attn.v_proj.weight": normal(kv_out, 2 * HIDDEN),
-        "midlayer.self_attn.o_proj.weight": normal(HIDDEN, q_out, scale=0.1),
-        "midlayer.mlp.gate_proj.weight": normal(inter, HIDDEN),
-        "midlayer.mlp.up_proj.weight": normal(inter, HIDDEN),
-        "midlayer.mlp.down_proj.weight": normal(HIDDEN, inter, scale=0.1),
+        **_random_decoder_layer("midlayer.", seed, attention_input=2 * HIDDEN),
         "fc.weight": torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, 2 * HIDDEN)], dim=1),
         "norm.weight": torch.ones(HIDDEN),
         # row v must score highest on embed[t] where v is two steps on from t: perm[perm[v]] == t
         "lm_head.weight": target_head.float()[perm],
     }
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
-              str(directory / "model.safetensors"))
-    return directory
+    return _save_bf16(weights, directory)
 
 
 def write_eagle1_weights(directory: Path, target_dir: Path, seed: int = 0, max_len: int = 4096) -> Path:
@@ -241,26 +224,42 @@ def write_eagle1_weights(directory: Path, target_dir: Path, seed: int = 0, max_l
     the head's own state and the embedding of its last proposal, so they are right as well: all k by
     construction. The attention weights are random: the layer still runs on the drafter's KV cache."""
     import torch
-    from safetensors.torch import save_file
 
     write_eagle1_head(directory, max_len)
+    weights = {
+        **_random_decoder_layer("layers.0.", seed, attention_input=HIDDEN),  # its input norm is vLLM's identity
+        "fc.weight": torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, HIDDEN)], dim=1),
+    }
+    return _save_bf16(weights, directory)
+
+
+def _random_decoder_layer(prefix: str, seed: int, attention_input: int) -> dict[str, "torch.Tensor"]:
+    """A drafter's Llama decoder layer (no input norm): random attention and MLP, output projections damped
+    (x0.1) as in the target."""
+    import torch
+
     gen = torch.Generator().manual_seed(seed)
 
     def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
         return torch.randn(*shape, generator=gen) * 0.02 * scale
 
     q_out, kv_out, inter = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, 2 * HIDDEN
-    weights = {
-        "layers.0.post_attention_layernorm.weight": torch.ones(HIDDEN),
-        "layers.0.self_attn.q_proj.weight": normal(q_out, HIDDEN),
-        "layers.0.self_attn.k_proj.weight": normal(kv_out, HIDDEN),
-        "layers.0.self_attn.v_proj.weight": normal(kv_out, HIDDEN),
-        "layers.0.self_attn.o_proj.weight": normal(HIDDEN, q_out, scale=0.1),
-        "layers.0.mlp.gate_proj.weight": normal(inter, HIDDEN),
-        "layers.0.mlp.up_proj.weight": normal(inter, HIDDEN),
-        "layers.0.mlp.down_proj.weight": normal(HIDDEN, inter, scale=0.1),
-        "fc.weight": torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, HIDDEN)], dim=1),
+    return {
+        prefix + "post_attention_layernorm.weight": torch.ones(HIDDEN),
+        prefix + "self_attn.q_proj.weight": normal(q_out, attention_input),
+        prefix + "self_attn.k_proj.weight": normal(kv_out, attention_input),
+        prefix + "self_attn.v_proj.weight": normal(kv_out, attention_input),
+        prefix + "self_attn.o_proj.weight": normal(HIDDEN, q_out, scale=0.1),
+        prefix + "mlp.gate_proj.weight": normal(inter, HIDDEN),
+        prefix + "mlp.up_proj.weight": normal(inter, HIDDEN),
+        prefix + "mlp.down_proj.weight": normal(HIDDEN, inter, scale=0.1),
     }
+
+
+def _save_bf16(weights: dict[str, "torch.Tensor"], directory: Path) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
               str(directory / "model.safetensors"), metadata={"format": "pt"})
     return directory
