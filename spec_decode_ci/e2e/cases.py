@@ -85,6 +85,13 @@ class SuiteConfig:
     tiny_models: dict[str, str]  # name -> family: random-weight models written on the machine before the run
     tiny_eagle3_heads: dict[str, str]  # name -> the tiny model it drafts for: random-weight EAGLE-3 heads
     tiny_eagle1_heads: dict[str, str] = dataclasses.field(default_factory=dict)  # the same for EAGLE-1 heads
+    tiny_speculators: dict[str, str] = dataclasses.field(default_factory=dict)  # speculators-format checkpoints
+
+    @property
+    def tiny_heads(self) -> dict[str, dict[str, str]]:
+        """The tiny drafters by kind (``tiny_models.HEAD_WRITERS``): {head name: its target's name}."""
+        return {"eagle3": self.tiny_eagle3_heads, "eagle1": self.tiny_eagle1_heads,
+                "speculators": self.tiny_speculators}
 
     def cases(self, suite: str) -> tuple[Case, ...]:
         return self.suites.get(suite, ())
@@ -172,16 +179,18 @@ def parse(path: Path) -> SuiteConfig:
     suites_section.allowed += list(suites)
     suites_section.finish()
     tiny_models = _names(top, "tiny_models", "tiny models by name", one_of(FAMILIES))
-    heads = {}
-    for key, what in (("tiny_eagle3_heads", "tiny EAGLE-3 heads by name"), ("tiny_eagle1_heads",
-                                                                          "tiny EAGLE-1 heads by name")):
+    heads: dict[str, dict[str, str]] = {}
+    for key, what in (("tiny_eagle3_heads", "tiny EAGLE-3 heads by name"),
+                      ("tiny_eagle1_heads", "tiny EAGLE-1 heads by name"),
+                      ("tiny_speculators", "tiny speculators-format checkpoints by name")):
         heads[key] = _names(top, key, what, one_of(tuple(tiny_models)))
+        taken = set(tiny_models).union(*(set(named) for named in heads.values() if named is not heads[key]))
         for name in heads[key]:
-            if name in tiny_models or (key == "tiny_eagle1_heads" and name in heads["tiny_eagle3_heads"]):
+            if name in taken:
                 raise doc.error(f"{key}.{name}", "expected a name not used for another tiny model")
     top.finish()
     return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models, heads["tiny_eagle3_heads"],
-                       heads["tiny_eagle1_heads"])
+                       heads["tiny_eagle1_heads"], heads["tiny_speculators"])
 
 
 @lru_cache(maxsize=None)
@@ -214,11 +223,13 @@ def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[st
     if compat.drafter_attention_backend_settable():
         # The drafter picks its attention backend on its own (FLASH_ATTN first on Hopper): pin it too.
         spec["attention_backend"] = e.attention_backend
-    if case.speculators:
+    if case.speculators and not os.path.isdir(case.target):
         kwargs["model"] = case.speculators  # vLLM detects the speculators config (method, k, verifier) ...
     else:
+        # A local verifier (a tiny target) is given as the model and the speculators checkpoint as the drafter:
+        # vLLM takes the verifier from the checkpoint only when it names a Hub repository (0.33 refuses others).
         spec.update(method=case.method, num_speculative_tokens=case.num_speculative_tokens)
         if case.method != "mtp":
-            spec["model"] = case.draft
+            spec["model"] = case.speculators or case.draft
     kwargs["speculative_config"] = spec  # ... and applies these on top
     return kwargs

@@ -40,8 +40,8 @@ def resolve(config: SuiteConfig, tiny_model_root: Path) -> SuiteConfig:
         return config
     from spec_decode_ci.e2e.tiny_models import write_tiny_models
 
-    return config.with_models(write_tiny_models(tiny_model_root, config.tiny_models, config.tiny_eagle3_heads,
-                                                weights=True, eagle1_heads=config.tiny_eagle1_heads))
+    return config.with_models(write_tiny_models(tiny_model_root, config.tiny_models, config.tiny_heads,
+                                                weights=True))
 
 
 class CaseRuns:

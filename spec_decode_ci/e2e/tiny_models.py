@@ -89,13 +89,19 @@ def write_eagle1_head(directory: Path, max_len: int = 4096) -> Path:
 
 
 def write_speculators(directory: Path, verifier: Path, family: str, num_speculative_tokens: int,
-                      max_len: int = 4096) -> Path:
-    """A speculators-format EAGLE-3 checkpoint whose verifier is the local tiny target."""
+                      max_len: int = 4096, draft_vocab_size: int = VOCAB,
+                      aux_layer_ids: list[int] | None = None) -> Path:
+    """A speculators-format EAGLE-3 checkpoint's config.json whose verifier is ``verifier``.
+
+    ``aux_layer_ids`` go in the layer config, where every vLLM release with the speculators path reads them
+    (later ones also copy a top-level key there)."""
     layer = {**_base(max_len), "model_type": family if family in ("llama", "qwen3") else "llama",
-             "num_hidden_layers": 1, "hidden_act": "silu"}
+             "num_hidden_layers": 1, "hidden_act": "silu",
+             **({"eagle_aux_hidden_state_layer_ids": aux_layer_ids} if aux_layer_ids else {})}
     return _write(directory, {
         "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-        "transformer_layer_config": layer, "draft_vocab_size": VOCAB, "norm_before_residual": True,
+        "transformer_layer_config": layer, "draft_vocab_size": draft_vocab_size, "norm_before_residual": True,
+        "target_hidden_size": HIDDEN,
         "speculators_config": {
             "algorithm": "eagle3", "default_proposal_method": "greedy",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": num_speculative_tokens}],
@@ -195,23 +201,57 @@ def write_eagle3_weights(directory: Path, target_dir: Path, seed: int = 0, max_l
     So the first proposal is the target's choice two tokens on; later proposals of a drafting step start from
     the head's own state and are mostly rejected. The attention weights are random: the layer still runs on
     the drafter's KV cache and FlashInfer metadata in every step."""
+    write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
+    return _save_bf16(_eagle3_weights(target_dir, seed, "midlayer."), directory)
+
+
+def _eagle3_weights(target_dir: Path, seed: int, layer_prefix: str) -> dict[str, "torch.Tensor"]:
+    """The EAGLE-3 head of ``write_eagle3_weights`` with its decoder layer under ``layer_prefix``."""
     import torch
     from safetensors.torch import load_file
 
-    write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
     target = load_file(str(target_dir / "model.safetensors"))
     target_head, perm = target["lm_head.weight"], lm_head_permutation(target)
-    weights = {
-        "midlayer.input_layernorm.weight": torch.ones(HIDDEN),
-        "midlayer.hidden_norm.weight": torch.ones(HIDDEN),
+    return {
+        layer_prefix + "input_layernorm.weight": torch.ones(HIDDEN),
+        layer_prefix + "hidden_norm.weight": torch.ones(HIDDEN),
         # q, k, v read concat(embedding, hidden state): twice the hidden size
-        **_random_decoder_layer("midlayer.", seed, attention_input=2 * HIDDEN),
+        **_random_decoder_layer(layer_prefix, seed, attention_input=2 * HIDDEN),
         "fc.weight": torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, 2 * HIDDEN)], dim=1),
         "norm.weight": torch.ones(HIDDEN),
         # row v must score highest on embed[t] where v is two steps on from t: perm[perm[v]] == t
         "lm_head.weight": target_head.float()[perm],
     }
-    return _save_bf16(weights, directory)
+
+
+# The speculators checkpoint's draft vocabulary leaves this token out (the target never needs it as a first
+# proposal on the smoke prompts: test_tiny_models checks), so vLLM maps every draft id through ``d2t``.
+SPECULATORS_LEFT_OUT_TOKEN = 0
+
+
+def write_speculators_weights(directory: Path, target_dir: Path, family: str, num_speculative_tokens: int,
+                              seed: int = 0, max_len: int = 4096) -> Path:
+    """A speculators-format EAGLE-3 checkpoint for a ``write_weights`` target, in the layout the speculators
+    library saves: decoder layer ``layers.0``, its own ``embed_tokens`` (the target's), and a draft vocabulary
+    smaller than the target's with ``d2t`` (draft id -> target id offset) and ``t2d`` (target ids drafted).
+
+    The head is ``write_eagle3_weights``'s construction (first proposal = the target's choice two tokens on);
+    its draft vocabulary is every target token but ``SPECULATORS_LEFT_OUT_TOKEN``, in a random order, so a
+    proposal is right only through vLLM's draft-to-target mapping."""
+    import torch
+    from safetensors.torch import load_file
+
+    write_speculators(directory, target_dir, family, num_speculative_tokens, max_len, draft_vocab_size=VOCAB - 1,
+                      aux_layer_ids=EAGLE3_AUX_LAYERS)
+    weights = _eagle3_weights(target_dir, seed, "layers.0.")
+    order = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(seed))
+    drafted = order[order != SPECULATORS_LEFT_OUT_TOKEN]  # draft id -> target id
+    weights["lm_head.weight"] = weights["lm_head.weight"][drafted]
+    weights["embed_tokens.weight"] = load_file(str(target_dir / "model.safetensors"))["model.embed_tokens.weight"]
+    t2d = torch.zeros(VOCAB, dtype=torch.bool)
+    t2d[drafted] = True
+    extra = {"d2t": drafted - torch.arange(VOCAB - 1), "t2d": t2d}
+    return _save_bf16(weights, directory, exact=extra)
 
 
 def write_eagle1_weights(directory: Path, target_dir: Path, seed: int = 0, max_len: int = 4096) -> Path:
@@ -256,26 +296,43 @@ def _random_decoder_layer(prefix: str, seed: int, attention_input: int) -> dict[
     }
 
 
-def _save_bf16(weights: dict[str, "torch.Tensor"], directory: Path) -> Path:
+def _save_bf16(weights: dict[str, "torch.Tensor"], directory: Path,
+               exact: dict[str, "torch.Tensor"] | None = None) -> Path:
+    """``weights`` in bf16 and ``exact`` (index tensors) as they are, in one model.safetensors."""
     import torch
     from safetensors.torch import save_file
 
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
+    tensors = {k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()}
+    save_file({**tensors, **{k: v.contiguous() for k, v in (exact or {}).items()}},
               str(directory / "model.safetensors"), metadata={"format": "pt"})
     return directory
 
 
-def write_tiny_models(root: Path, targets: dict[str, str], eagle3_heads: dict[str, str],
-                      weights: bool, eagle1_heads: dict[str, str] | None = None) -> dict[str, str]:
+SPECULATORS_TOKENS = 3  # the proposal count a tiny speculators checkpoint names (a case may set its own)
+
+# kind -> (head with weights, config only); each takes (directory, its target's directory, the target's family)
+HEAD_WRITERS = {
+    "eagle3": (lambda d, target, family: write_eagle3_weights(d, target),
+               lambda d, target, family: write_eagle3_head(d, aux_layer_ids=EAGLE3_AUX_LAYERS)),
+    "eagle1": (lambda d, target, family: write_eagle1_weights(d, target),
+               lambda d, target, family: write_eagle1_head(d)),
+    "speculators": (lambda d, target, family: write_speculators_weights(d, target, family, SPECULATORS_TOKENS),
+                    lambda d, target, family: write_speculators(d, target, family, SPECULATORS_TOKENS,
+                                                                draft_vocab_size=VOCAB - 1,
+                                                                aux_layer_ids=EAGLE3_AUX_LAYERS)),
+}
+
+
+def write_tiny_models(root: Path, targets: dict[str, str], heads: dict[str, dict[str, str]],
+                      weights: bool) -> dict[str, str]:
     """Writes a suite configuration's tiny models under ``root``: name -> directory.
 
-    ``targets`` maps a name to a family, ``eagle3_heads`` and ``eagle1_heads`` a head's name to its target's
-    name. Without ``weights`` only the configs are written (vLLM's engine configuration never reads weights)."""
+    ``targets`` maps a name to a family; ``heads`` maps a kind of ``HEAD_WRITERS`` to {head name: its target's
+    name}. Without ``weights`` only the configs are written (vLLM's engine configuration never reads weights)."""
     written = {name: write_weights(root / name, family) if weights else write_target(root / name, family)
                for name, family in targets.items()}
-    for name, target in eagle3_heads.items():
-        written[name] = (write_eagle3_weights(root / name, written[target]) if weights
-                         else write_eagle3_head(root / name, aux_layer_ids=EAGLE3_AUX_LAYERS))
-    for name, target in (eagle1_heads or {}).items():
-        written[name] = write_eagle1_weights(root / name, written[target]) if weights else write_eagle1_head(root / name)
+    for kind, named in heads.items():
+        write = HEAD_WRITERS[kind][0 if weights else 1]
+        for name, target in named.items():
+            written[name] = write(root / name, written[target], targets[target])
     return {name: str(path) for name, path in written.items()}

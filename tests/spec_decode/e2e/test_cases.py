@@ -15,8 +15,9 @@ pytestmark = pytest.mark.e2e_offline
 def test_committed_configs_parse(path):
     config = cases.parse(path)
     assert config.suites and all(config.cases(s) for s in config.suites)
-    for head, target in config.tiny_eagle3_heads.items():
-        assert target in config.tiny_models and head not in config.tiny_models
+    for heads in config.tiny_heads.values():
+        for head, target in heads.items():
+            assert target in config.tiny_models and head not in config.tiny_models
 
 
 def smoke_with(tmp_path, edit):
@@ -35,6 +36,10 @@ def head_named_like_a_target(data):
     data["tiny_eagle3_heads"] = {"tiny-llama": "tiny-llama"}
 
 
+def speculators_named_like_an_eagle3_head(data):
+    data["tiny_speculators"] = {"tiny-llama-eagle3": "tiny-llama"}
+
+
 def unknown_case_key(data):
     data["suites"]["eagle"][0]["drafter"] = "x"
 
@@ -50,6 +55,7 @@ def unknown_family(data):
 @pytest.mark.parametrize("edit,path,expected", [
     (head_of_unknown_model, "tiny_eagle3_heads.tiny-llama-eagle3", "expected one of"),
     (head_named_like_a_target, "tiny_eagle3_heads.tiny-llama", "not used for another tiny model"),
+    (speculators_named_like_an_eagle3_head, "tiny_speculators.tiny-llama-eagle3", "not used for another tiny model"),
     (unknown_case_key, "suites.eagle.0.drafter", "unknown key 'drafter'"),
     (eagle_without_draft, "suites.eagle.0", "needs a 'draft' checkpoint"),
     (unknown_family, "tiny_models.tiny-llama", "expected one of"),

@@ -92,8 +92,7 @@ def smoke_config(tmp_path_factory):
     from spec_decode_ci.e2e.tiny_models import write_tiny_models
 
     root = tmp_path_factory.mktemp("tiny-models")
-    return SMOKE.with_models(write_tiny_models(root, SMOKE.tiny_models, SMOKE.tiny_eagle3_heads, weights=False,
-                                                  eagle1_heads=SMOKE.tiny_eagle1_heads))
+    return SMOKE.with_models(write_tiny_models(root, SMOKE.tiny_models, SMOKE.tiny_heads, weights=False))
 
 
 @pytest.mark.parametrize("suite,index", SMOKE_CASES,

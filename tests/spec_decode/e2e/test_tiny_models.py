@@ -3,6 +3,10 @@ speculative run with the plain one tests speculation rather than numerics."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from unittest import mock
+
 import pytest
 
 from spec_decode_ci.e2e import cases
@@ -116,3 +120,85 @@ def test_eagle1_head_proposes_the_targets_next_token(tmp_path, head, target):
     pairs = successor_pairs(target_dir)
     right = sum(int(proposal[a]) == b for a, b in pairs)
     assert right == len(pairs), f"EAGLE-1 proposal right on {right}/{len(pairs)} steps"
+
+
+@contextmanager
+def vllm_model_on_cpu(vllm_config, model_config, tmp_path):
+    """vLLM's own model class for ``model_config``, constructed on the CPU in a one-rank gloo group."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import parallel_state
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.platforms import current_platform
+
+    from spec_decode_ci.emulation import emulated_platform
+
+    model_class, _ = get_model_architecture(model_config)
+    vllm_config.device_config.device = torch.device("cpu")
+    dtype = torch.get_default_dtype()
+    with ExitStack() as stack:
+        stack.enter_context(emulated_platform())
+        stack.enter_context(set_current_vllm_config(vllm_config))
+        # Fake: selecting an attention backend needs a CUDA device; the layers are built, never run here.
+        stack.enter_context(mock.patch.object(type(current_platform), "get_attn_backend_cls",
+                                              lambda *a, **k: TRITON_ATTENTION_BACKEND))
+        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                                    distributed_init_method=f"file://{tmp_path / 'rendezvous'}")
+        try:
+            parallel_state.initialize_model_parallel(1, 1)
+            torch.set_default_dtype(model_config.dtype)
+            yield model_class(vllm_config=vllm_config, prefix="")
+        finally:
+            torch.set_default_dtype(dtype)
+            parallel_state.destroy_model_parallel()
+            parallel_state.destroy_distributed_environment()
+
+
+TRITON_ATTENTION_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
+
+
+@pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_speculators.items()))
+def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, target):
+    """vLLM reads the tiny speculators checkpoint through its speculators config path (the smoke case's engine
+    arguments), its own EAGLE-3 class loads every weight (none left unset), and that model's
+    first proposal (fc of the aux states, the damped layer left out, logits mapped through the checkpoint's
+    draft vocabulary) is the target's greedy token two on at every step of the target's run."""
+    import torch
+    from safetensors.torch import load_file
+    from vllm.engine.arg_utils import EngineArgs
+
+    from spec_decode_ci.e2e.tiny_models import write_tiny_models
+    from spec_decode_ci.emulation import emulated_platform
+
+    (case,) = [c for s in SMOKE.suites for c in SMOKE.cases(s) if c.speculators == head]
+    family = SMOKE.tiny_models[target]
+    config = SMOKE.with_models(write_tiny_models(tmp_path, {target: family}, {"speculators": {head: target}},
+                                                 weights=True))
+    case = [c for s in config.suites for c in config.cases(s) if c.id == case.id][0]
+    with emulated_platform():
+        engine = EngineArgs(**cases.engine_kwargs(config, case, speculative=True)).create_engine_config()
+    draft = engine.speculative_config.draft_model_config
+    assert type(draft.hf_config).__name__ == "SpeculatorsConfig", type(draft.hf_config)
+    assert engine.speculative_config.method == "eagle3"
+
+    checkpoint = load_file(str(Path(case.speculators) / "model.safetensors"))
+    target_weights = load_file(str(Path(case.target) / "model.safetensors"))
+    token_prompts = [p["prompt_token_ids"] for p in prompts(SMOKE)]
+    runs = [ids + out for ids, out in zip(token_prompts, greedy(case.target, torch.bfloat16, token_prompts,
+                                                                  SMOKE.max_tokens))]
+    with vllm_model_on_cpu(engine, draft, tmp_path) as model, torch.no_grad():
+        def unset(p):  # a value no weight or index mapping has
+            return float("nan") if p.is_floating_point() else torch.iinfo(p.dtype).min
+
+        for parameter in model.parameters():
+            parameter.data.fill_(unset(parameter))
+        model.load_weights(checkpoint.items())
+        unloaded = [n for n, p in model.named_parameters()
+                    if (p.isnan() if p.is_floating_point() else p == unset(p)).any()]
+        assert not unloaded, f"left unloaded by vLLM: {unloaded}"
+        embed = target_weights["model.embed_tokens.weight"]
+        aux = torch.cat([embed, torch.randn(embed.shape[0], 2 * embed.shape[1], dtype=embed.dtype)], dim=1)
+        proposal = model.compute_logits(model.combine_hidden_states(aux)).argmax(-1)
+    pairs = [(seq[t], seq[t + 2]) for ids, seq in zip(token_prompts, runs) for t in range(len(ids) - 1, len(seq) - 2)]
+    right = sum(int(proposal[a]) == b for a, b in pairs)
+    assert right == len(pairs), f"first proposal right on {right}/{len(pairs)} steps"
