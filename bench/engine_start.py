@@ -2,9 +2,11 @@
 """Where a vLLM engine's start goes on this GPU, with the GPU smoke's settings and tiny models: the first engine
 of a process on a fresh machine, then later ones (the e2e suites start two engines per case).
 
-Prints, per engine: wall time of ``LLM(...)`` and of its first ``generate``, vLLM's own timing lines (weights,
-memory profiling, KV cache, warm-up), and how much FlashInfer's JIT cache grew (kernels compiled for this GPU
-while it ran); then the import of vLLM. A B200 nightly step pays the first engine's figures once per step,
+Prints, per engine: wall time of ``LLM(...)`` and of its first ``generate``; for ``LLM(...)`` the process's CPU
+seconds and disk reads meanwhile (a wall time far above both is waiting: a network timeout, the GPU) and the
+functions its stack was sampled in most (``spec_decode_ci.stack_sampler``); vLLM's own timing lines (weights,
+memory profiling, KV cache, warm-up); and how much each on-disk cache grew (FlashInfer, vLLM, Triton and
+Inductor kernels, the CUDA driver's PTX cache); then the import of vLLM. A B200 nightly step pays the first engine's figures once per step,
 plus a later engine's per further engine. Needs a GPU; with ``--spec CASE_ID`` the second and third engines
 are that smoke case's speculative engine.
 
@@ -38,10 +40,22 @@ class Timings(logging.Handler):
             self.lines.append(f"{record.created:.1f} {record.name}: {message[:160]}")
 
 
-def jit_cache_bytes() -> int:
-    roots = [Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", Path.home())) / ".cache" / "flashinfer",
-             Path.home() / ".cache" / "vllm", Path.home() / ".triton" / "cache"]
-    return sum(f.stat().st_size for root in roots if root.exists() for f in root.rglob("*") if f.is_file())
+def cache_dirs() -> dict[str, Path]:
+    """The on-disk caches a first engine may fill: compiled kernels and the driver's JIT-compiled PTX."""
+    home = Path.home()
+    return {
+        "flashinfer": Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", home)) / ".cache" / "flashinfer",
+        "vllm": Path(os.environ.get("VLLM_CACHE_ROOT", home / ".cache" / "vllm")),
+        "triton": Path(os.environ.get("TRITON_CACHE_DIR", home / ".triton" / "cache")),
+        "inductor": Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR",
+                                        Path(tempfile.gettempdir()) / f"torchinductor_{os.environ.get('USER', 'root')}")),
+        "cuda-ptx": Path(os.environ.get("CUDA_CACHE_PATH", home / ".nv" / "ComputeCache")),
+    }
+
+
+def cache_bytes() -> dict[str, int]:
+    return {name: sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.exists() else 0
+            for name, root in cache_dirs().items()}
 
 
 def main() -> None:
@@ -57,6 +71,7 @@ def main() -> None:
     from spec_decode_ci.e2e import cases
     from spec_decode_ci.e2e.checks import resolve
     from spec_decode_ci.e2e.runner import _free_gpu_memory, prompts
+    from spec_decode_ci.stack_sampler import report, sampled
 
     config = resolve(cases.load(), Path(tempfile.mkdtemp(prefix="engine-start-")))
     all_cases = [c for suite in config.suites.values() for c in suite]
@@ -66,16 +81,19 @@ def main() -> None:
     runs = [("first engine (target)", False), ("second engine", bool(args.spec)), ("third engine", bool(args.spec))]
     for label, speculative in runs:
         handler.lines.clear()
-        cache_before = jit_cache_bytes()
+        cache_before = cache_bytes()
         t0 = time.perf_counter()
-        llm = LLM(**cases.engine_kwargs(config, case, speculative))
+        with sampled(every_s=2.0) as samples:
+            llm = LLM(**cases.engine_kwargs(config, case, speculative))
         t1 = time.perf_counter()
         llm.generate(prompts(config), SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True,
                                                       detokenize=False), use_tqdm=False)
         t2 = time.perf_counter()
-        grown = (jit_cache_bytes() - cache_before) / 2**20
+        grown = ", ".join(f"{name} +{(after - cache_before[name]) / 2**20:.1f} MiB"
+                          for name, after in cache_bytes().items())
         print(f"{label} ({'speculative ' + case.id if speculative else 'target alone'}): LLM() {t1 - t0:6.1f} s, "
-              f"first generate {t2 - t1:6.1f} s, JIT caches +{grown:.1f} MiB")
+              f"first generate {t2 - t1:6.1f} s; caches: {grown}")
+        print(report("    LLM()", samples))
         for line in handler.lines:
             print("   ", line)
         del llm
