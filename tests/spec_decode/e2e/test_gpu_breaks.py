@@ -4,13 +4,15 @@ installed break changes vLLM's behaviour in this process without touching the in
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from spec_decode_ci.e2e.gpu_breaks import BREAKS, BreakDoesNotApply, GpuBreak, patched_source
+from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, BreakDoesNotApply, GpuBreak, patched_source
 
 pytestmark = pytest.mark.e2e_offline
 
@@ -46,3 +48,22 @@ def test_installed_host_sync_break_is_seen_by_the_sentinel_and_leaves_the_file_a
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert "SYNCS 1" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert hashlib.sha256(open(origin, "rb").read()).hexdigest() == before
+
+
+def test_installed_vocabulary_break_turns_the_speculators_construction_red():
+    """With ``draft_vocab_unmapped`` installed, vLLM's EAGLE-3 class built from the tiny speculators checkpoint on
+    the CPU proposes wrong tokens (the CPU test of the construction goes red); without it, that test is green."""
+    construction = Path(__file__).with_name("test_tiny_models.py")
+
+    def run(brk: str | None):
+        env = {k: v for k, v in os.environ.items() if k != ENV}
+        env.update({ENV: brk} if brk else {})
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
+                               "-p", "spec_decode_ci.e2e.gpu_breaks", "-p", "spec_decode_ci.pytest_plugin",
+                               str(construction), "-k", "speculators"],
+                              capture_output=True, text=True, env=env)
+
+    broken = run("draft_vocab_unmapped")
+    assert broken.returncode == 1 and "first proposal right on 0/" in broken.stdout, broken.stdout[-3000:]
+    control = run(None)
+    assert control.returncode == 0, control.stdout[-3000:]
