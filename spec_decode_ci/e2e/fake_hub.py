@@ -6,7 +6,7 @@ or a speculators checkpoint exactly as it would from a warm cache on a CI agent,
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 from unittest import mock
@@ -46,11 +46,25 @@ def populate(cache: Path, case: Case) -> None:
         put(cache, case.draft, lambda d: tiny_models.write_target(d, case.family))
 
 
+HUB_CLIENTS = ("huggingface_hub", "transformers", "vllm")
+
+
 @contextmanager
 def offline_hub(cache: Path) -> Iterator[Path]:
-    """Point huggingface_hub at ``cache`` in offline mode (read at call time by transformers and vLLM)."""
+    """Point huggingface_hub at ``cache`` in offline mode, and every module-level copy of the hub cache's path
+    that its clients took at import (transformers 4 keeps ``TRANSFORMERS_CACHE``; transformers 5 reads the
+    constant at call time)."""
+    import sys
+
     import huggingface_hub.constants as constants
 
-    with mock.patch.object(constants, "HF_HUB_CACHE", str(cache)), \
-            mock.patch.object(constants, "HF_HUB_OFFLINE", True):
+    default = constants.HF_HUB_CACHE
+    copies = [(module, name) for module_name, module in list(sys.modules.items())
+              if module is not None and module_name.split(".")[0] in HUB_CLIENTS
+              for name, value in list(vars(module).items())
+              if isinstance(value, str) and value == default and name.isupper()]
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(constants, "HF_HUB_OFFLINE", True))
+        for module, name in copies:
+            stack.enter_context(mock.patch.object(module, name, str(cache)))
         yield cache
