@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Where a vLLM engine's start goes on this GPU, with the GPU smoke's settings and tiny models: the first engine
-of a process on a fresh machine, then later ones (the e2e suites start two engines per case).
+of a process on a fresh machine, then later ones (the e2e suites start one speculative engine per case and one
+baseline per target).
 
 Prints, per engine: wall time of ``LLM(...)`` and of its first ``generate``; for ``LLM(...)`` the process's CPU
 seconds and disk reads meanwhile (a wall time far above both is waiting: a network timeout, the GPU) and the

@@ -61,9 +61,10 @@ def e2e_config(pytest_config):
     return pytest_config.stash[_E2E_CONFIG]
 
 
-@pytest.fixture(scope="class")
+@pytest.fixture(scope="session")
 def runs(request):
-    """The engine runs of an e2e suite class: one baseline and one speculative engine per case."""
+    """The engine runs of the e2e suites of this pytest run: a speculative engine per case, a baseline per
+    target (``CaseRuns``)."""
     from spec_decode_ci.e2e.checks import CaseRuns
 
     return CaseRuns(e2e_config(request.config))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spec_decode_ci.e2e.cases import Case, SuiteConfig
+from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
 from spec_decode_ci.e2e.runner import Run, run_case
 
 def missing_weights(case: Case) -> str | None:
@@ -45,7 +45,8 @@ def resolve(config: SuiteConfig, tiny_model_root: Path) -> SuiteConfig:
 
 
 class CaseRuns:
-    """One baseline engine and one speculative engine per case (of a resolved configuration), each run once."""
+    """The engine runs of the cases of a resolved configuration: one per distinct set of engine arguments, so
+    cases with the same target share its baseline (the target alone), and each speculative engine runs once."""
 
     def __init__(self, config: SuiteConfig):
         from spec_decode_ci import capabilities
@@ -54,10 +55,10 @@ class CaseRuns:
         if reason:
             pytest.skip(reason)
         self.config = config
-        self._runs: dict[tuple[str, bool], Run] = {}
+        self._runs: dict[str, Run] = {}
 
     def get(self, case: Case, speculative: bool) -> Run:
-        key = (case.id, speculative)
+        key = repr(engine_kwargs(self.config, case, speculative))
         if key not in self._runs:
             reason = missing_weights(case)
             if reason:

@@ -47,3 +47,22 @@ def test_a_sync_in_build_or_no_mixed_batch_is_red():
 
 def test_e2e_suites_come_from_the_suite_classes():
     assert set(checks.e2e_suites()) == {"eagle", "speculators_mtp", "draft_model"} <= set(CONFIG.suites)
+
+
+def test_cases_with_one_target_share_its_baseline_run(monkeypatch):
+    """CaseRuns starts one engine per distinct set of engine arguments: the smoke's cases on one target run the
+    target alone once, and each speculative engine once, however often the checks ask."""
+    smoke = cases.load(str(cases.SMOKE_CONFIG_PATH))
+    started = []
+    monkeypatch.setattr(checks, "run_case", lambda config, case, spec: started.append((case.id, spec)) or
+                        run_with({}))
+    monkeypatch.setattr(checks, "missing_weights", lambda case: None)
+    monkeypatch.setattr("spec_decode_ci.capabilities.missing", lambda requires: None)
+    runs = checks.CaseRuns(smoke)
+    every_case = [c for s in smoke.suites for c in smoke.cases(s)]
+    for _ in range(2):
+        for case in every_case:
+            runs.get(case, False), runs.get(case, True)
+    baselines = [case_id for case_id, spec in started if not spec]
+    assert len(baselines) == len({c.target for c in every_case}) < len(every_case), started
+    assert sorted(case_id for case_id, spec in started if spec) == sorted(c.id for c in every_case)
