@@ -180,14 +180,15 @@ def parse(path: Path) -> SuiteConfig:
     suites_section.finish()
     tiny_models = _names(top, "tiny_models", "tiny models by name", one_of(FAMILIES))
     heads: dict[str, dict[str, str]] = {}
+    taken = set(tiny_models)  # names given so far
     for key, what in (("tiny_eagle3_heads", "tiny EAGLE-3 heads by name"),
                       ("tiny_eagle1_heads", "tiny EAGLE-1 heads by name"),
                       ("tiny_speculators", "tiny speculators-format checkpoints by name")):
         heads[key] = _names(top, key, what, one_of(tuple(tiny_models)))
-        taken = set(tiny_models).union(*(set(named) for named in heads.values() if named is not heads[key]))
         for name in heads[key]:
             if name in taken:
                 raise doc.error(f"{key}.{name}", "expected a name not used for another tiny model")
+        taken.update(heads[key])
     top.finish()
     return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models, heads["tiny_eagle3_heads"],
                        heads["tiny_eagle1_heads"], heads["tiny_speculators"])

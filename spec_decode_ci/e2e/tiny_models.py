@@ -119,7 +119,7 @@ def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 40
     embedding matrix in a fixed permutation: the next token is mostly decided by the current one, with a wide
     margin, while attention and the KV cache still take part in every step.
 
-    A ``mimo`` target (Qwen2 layers) also gets its MTP layer (``write_mtp_layer``)."""
+    A ``mimo`` target (Qwen2 layers) also gets its MTP layer (``mtp_layer_weights``)."""
     import torch
 
     write_target(directory, family, max_len)
@@ -201,16 +201,18 @@ def write_eagle3_weights(directory: Path, target_dir: Path, seed: int = 0, max_l
     So the first proposal is the target's choice two tokens on; later proposals of a drafting step start from
     the head's own state and are mostly rejected. The attention weights are random: the layer still runs on
     the drafter's KV cache and FlashInfer metadata in every step."""
-    write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
-    return _save_bf16(_eagle3_weights(target_dir, seed, "midlayer."), directory)
-
-
-def _eagle3_weights(target_dir: Path, seed: int, layer_prefix: str) -> dict[str, "torch.Tensor"]:
-    """The EAGLE-3 head of ``write_eagle3_weights`` with its decoder layer under ``layer_prefix``."""
-    import torch
     from safetensors.torch import load_file
 
+    write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
     target = load_file(str(target_dir / "model.safetensors"))
+    return _save_bf16(_eagle3_weights(target, seed, "midlayer."), directory)
+
+
+def _eagle3_weights(target: dict[str, "torch.Tensor"], seed: int, layer_prefix: str) -> dict[str, "torch.Tensor"]:
+    """The EAGLE-3 head of ``write_eagle3_weights`` for a target's weights, its decoder layer under
+    ``layer_prefix``."""
+    import torch
+
     target_head, perm = target["lm_head.weight"], lm_head_permutation(target)
     return {
         layer_prefix + "input_layernorm.weight": torch.ones(HIDDEN),
@@ -224,9 +226,17 @@ def _eagle3_weights(target_dir: Path, seed: int, layer_prefix: str) -> dict[str,
     }
 
 
-# The speculators checkpoint's draft vocabulary leaves this token out (the target never needs it as a first
+# The tiny speculators checkpoint's draft vocabulary leaves this token out (the target never needs it as a first
 # proposal on the smoke prompts: test_tiny_models checks), so vLLM maps every draft id through ``d2t``.
 SPECULATORS_LEFT_OUT_TOKEN = 0
+
+
+def write_speculators_head(directory: Path, verifier: Path, family: str, num_speculative_tokens: int,
+                           max_len: int = 4096) -> Path:
+    """The config.json of ``write_speculators_weights``'s checkpoint: a draft vocabulary one token short of the
+    target's, reading the aux states the EAGLE-3 construction needs."""
+    return write_speculators(directory, verifier, family, num_speculative_tokens, max_len,
+                             draft_vocab_size=VOCAB - 1, aux_layer_ids=EAGLE3_AUX_LAYERS)
 
 
 def write_speculators_weights(directory: Path, target_dir: Path, family: str, num_speculative_tokens: int,
@@ -241,13 +251,13 @@ def write_speculators_weights(directory: Path, target_dir: Path, family: str, nu
     import torch
     from safetensors.torch import load_file
 
-    write_speculators(directory, target_dir, family, num_speculative_tokens, max_len, draft_vocab_size=VOCAB - 1,
-                      aux_layer_ids=EAGLE3_AUX_LAYERS)
-    weights = _eagle3_weights(target_dir, seed, "layers.0.")
+    write_speculators_head(directory, target_dir, family, num_speculative_tokens, max_len)
+    target = load_file(str(target_dir / "model.safetensors"))
+    weights = _eagle3_weights(target, seed, "layers.0.")
     order = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(seed))
     drafted = order[order != SPECULATORS_LEFT_OUT_TOKEN]  # draft id -> target id
     weights["lm_head.weight"] = weights["lm_head.weight"][drafted]
-    weights["embed_tokens.weight"] = load_file(str(target_dir / "model.safetensors"))["model.embed_tokens.weight"]
+    weights["embed_tokens.weight"] = target["model.embed_tokens.weight"]
     t2d = torch.zeros(VOCAB, dtype=torch.bool)
     t2d[drafted] = True
     extra = {"d2t": drafted - torch.arange(VOCAB - 1), "t2d": t2d}
@@ -317,9 +327,7 @@ HEAD_WRITERS = {
     "eagle1": (lambda d, target, family: write_eagle1_weights(d, target),
                lambda d, target, family: write_eagle1_head(d)),
     "speculators": (lambda d, target, family: write_speculators_weights(d, target, family, SPECULATORS_TOKENS),
-                    lambda d, target, family: write_speculators(d, target, family, SPECULATORS_TOKENS,
-                                                                draft_vocab_size=VOCAB - 1,
-                                                                aux_layer_ids=EAGLE3_AUX_LAYERS)),
+                    lambda d, target, family: write_speculators_head(d, target, family, SPECULATORS_TOKENS)),
 }
 
 

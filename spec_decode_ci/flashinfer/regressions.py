@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import sys
 import types
 from dataclasses import dataclass
 from functools import lru_cache

@@ -24,7 +24,6 @@ from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, GpuAllocationsOnHos
 from spec_decode_ci.flashinfer.builder import builder_device
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
-COMMON_MODULE = "vllm.model_executor.layers.attention.mla_attention"
 
 
 @dataclass(frozen=True)
@@ -136,11 +135,12 @@ class AttentionLayerView:
 
 
 @contextmanager
-def builder_context(config, gpu: EmulatedGpu, modules=()) -> Iterator[None]:
+def builder_context(config, gpu: EmulatedGpu, *copies) -> Iterator[None]:
+    """``config`` current on the emulated ``gpu``; ``copies``: the self-check's module copies (None: none)."""
     from vllm.config import set_current_vllm_config
 
     with ExitStack() as stack:
-        stack.enter_context(emulated_platform(gpu, extra_modules=tuple(modules)))
+        stack.enter_context(emulated_platform(gpu, extra_modules=tuple(m for m in copies if m is not None)))
         stack.enter_context(set_current_vllm_config(config))
         yield
 
@@ -157,7 +157,7 @@ def make_builder(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL, backend_modu
     if backend_module is not None:
         builder_cls = getattr(backend_module, builder_cls.__name__)
     compat.init_workspace_manager(device)
-    with builder_context(config, gpu, tuple(m for m in (backend_module, common_module) if m is not None)):
+    with builder_context(config, gpu, backend_module, common_module):
         scale = 1.0 / math.sqrt(options.qk_nope_head_dim + options.qk_rope_head_dim)
         layer = AttentionLayerView(options.num_heads, None, **options.dims, prefill_backend=compat.mla_prefill_backend(
             config, options.num_heads, scale, options.dims))

@@ -73,9 +73,9 @@ class MlaBuildHarness:
 
     def build(self, batch: Batch, watch_syncs: bool = False, builder: Any = None) -> BuildResult:
         device_batch = self.device_batch(batch)
-        modules = tuple(m for m in (self.backend_module, self.common_module) if m is not None)
         self.scheduling.calls.clear()
-        with builder_context(self.vllm_config, self.gpu, modules), torch.no_grad(), self._kernel_fakes():
+        with builder_context(self.vllm_config, self.gpu, self.backend_module, self.common_module), torch.no_grad(), \
+                self._kernel_fakes():
             metadata, sentinel, cuda_syncs = run_build(builder or self.builder, device_batch, self.device, watch_syncs)
         return BuildResult(metadata, device_batch, [], sentinel, cuda_syncs)
 

@@ -17,7 +17,7 @@ def _rows(table, seq_lens, page_size) -> list[list[int]]:
 
 
 def expected(batch: Batch, s: Split) -> dict[str, Any]:
-    d, n = s.num_decodes, batch.num_reqs
+    d = s.num_decodes
     q, seq = list(batch.query_lens), list(batch.seq_lens)
     out: dict[str, Any] = {"counts": (s.num_decodes, s.num_prefills, s.num_decode_tokens)}
     if d:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from spec_decode_ci.flashinfer import reference as split_reference
-from spec_decode_ci.flashinfer.batches import cdiv, make_batch, spec_decode_batch
+from spec_decode_ci.flashinfer.batches import make_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.harness import persistent_buffers, poison
 from spec_decode_ci.mla import reference
 from spec_decode_ci.mla.builder import MlaOptions

@@ -19,13 +19,13 @@ SMOKE = cases.load(str(cases.SMOKE_CONFIG_PATH))
 
 def greedy(model_dir, dtype, token_prompts, steps):
     import json
-    from pathlib import Path
 
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    if json.loads((Path(model_dir) / "config.json").read_text())["model_type"] == "mimo":  # Qwen2 layers
-        config = Qwen2Config.from_dict(json.loads((Path(model_dir) / "config.json").read_text()))
+    written = json.loads((Path(model_dir) / "config.json").read_text())
+    if written["model_type"] == "mimo":  # Qwen2 layers
+        config = Qwen2Config.from_dict(written)
         model = Qwen2ForCausalLM.from_pretrained(model_dir, config=config, torch_dtype=dtype).eval()
     else:
         model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype).eval()
@@ -35,6 +35,24 @@ def greedy(model_dir, dtype, token_prompts, steps):
             seq = model.generate(torch.tensor([ids]), max_new_tokens=steps, min_new_tokens=steps, do_sample=False)
             out.append(seq[0, len(ids):].tolist())
     return out
+
+
+def pairs_ahead(target_dir, ahead: int):
+    """(token at t, the target's token at t + ``ahead``) at every generated step of the target's own greedy run
+    on the smoke prompts."""
+    import torch
+
+    token_prompts = [p["prompt_token_ids"] for p in prompts(SMOKE)]
+    runs = [ids + out for ids, out in zip(token_prompts, greedy(target_dir, torch.bfloat16, token_prompts,
+                                                                  SMOKE.max_tokens))]
+    return [(seq[t], seq[t + ahead]) for ids, seq in zip(token_prompts, runs)
+            for t in range(len(ids) - 1, len(seq) - ahead)]
+
+
+def assert_every_proposal_right(proposal, pairs, what: str) -> None:
+    """``proposal[token]`` (a drafter's proposal after ``token``) is the target's token in each pair."""
+    right = sum(int(proposal[a]) == b for a, b in pairs)
+    assert right == len(pairs), f"{what} right on {right}/{len(pairs)} steps"
 
 
 @pytest.mark.parametrize("name,family", sorted(SMOKE.tiny_models.items()))
@@ -52,7 +70,6 @@ def test_greedy_survives_bf16(tmp_path, name, family):
 def test_eagle3_head_first_proposal_is_two_tokens_on(tmp_path, head, target):
     """The head's first proposal, read off its weights (fc keeps the layer-0 aux state, the target's embedding of
     token t; the damped layer left out), is the target's greedy token at t+2 in the target's own run."""
-    import torch
     from safetensors.torch import load_file
 
     from spec_decode_ci.e2e.tiny_models import EAGLE3_AUX_LAYERS, write_eagle3_weights
@@ -64,28 +81,12 @@ def test_eagle3_head_first_proposal_is_two_tokens_on(tmp_path, head, target):
     hidden = embed.shape[1]
     state = embed @ head_weights["fc.weight"].float()[:, :hidden].T  # fc(aux) with aux = (embed[t], 0, 0)
     proposal = (state @ head_weights["lm_head.weight"].float().T).argmax(-1)  # token id -> first proposal
-    token_prompts = [p["prompt_token_ids"] for p in prompts(SMOKE)]
-    runs = [ids + out for ids, out in zip(token_prompts, greedy(target_dir, torch.bfloat16, token_prompts,
-                                                                  SMOKE.max_tokens))]
-    pairs = [(seq[t], seq[t + 2]) for ids, seq in zip(token_prompts, runs) for t in range(len(ids) - 1, len(seq) - 2)]
-    right = sum(int(proposal[a]) == b for a, b in pairs)
-    assert right == len(pairs), f"first proposal right on {right}/{len(pairs)} steps"
-
-
-def successor_pairs(target_dir):
-    """(token, the target's next token) at every generated step of the target's own greedy run on the prompts."""
-    import torch
-
-    token_prompts = [p["prompt_token_ids"] for p in prompts(SMOKE)]
-    runs = [ids + out for ids, out in zip(token_prompts, greedy(target_dir, torch.bfloat16, token_prompts,
-                                                                  SMOKE.max_tokens))]
-    return [(seq[t], seq[t + 1]) for ids, seq in zip(token_prompts, runs) for t in range(len(ids) - 1, len(seq) - 1)]
+    assert_every_proposal_right(proposal, pairs_ahead(target_dir, 2), "first proposal")
 
 
 def test_mtp_layer_proposes_the_targets_next_token(tmp_path):
     """The MTP layer's proposal read off its weights (input_proj keeps the token embedding; the damped layer
     left out; the final norm does not change an argmax) is, for token t+1, the target's own next token."""
-    import torch
     from safetensors.torch import load_file
 
     from spec_decode_ci.e2e.tiny_models import MTP_PREFIX
@@ -97,9 +98,7 @@ def test_mtp_layer_proposes_the_targets_next_token(tmp_path):
     hidden = embed.shape[1]
     state = embed @ weights[MTP_PREFIX + "input_proj.weight"].float()[:, hidden:].T  # (0, embed[t+1]) in
     proposal = (state @ weights["lm_head.weight"].float().T).argmax(-1)
-    pairs = successor_pairs(target_dir)
-    right = sum(int(proposal[a]) == b for a, b in pairs)
-    assert right == len(pairs), f"MTP proposal right on {right}/{len(pairs)} steps"
+    assert_every_proposal_right(proposal, pairs_ahead(target_dir, 1), "MTP proposal")
 
 
 @pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_eagle1_heads.items()))
@@ -117,9 +116,7 @@ def test_eagle1_head_proposes_the_targets_next_token(tmp_path, head, target):
     hidden = embed.shape[1]
     state = embed @ head_weights["fc.weight"].float()[:, :hidden].T  # fc(embed[t+1], h_t) with h_t left out
     proposal = (state @ target_weights["lm_head.weight"].float().T).argmax(-1)
-    pairs = successor_pairs(target_dir)
-    right = sum(int(proposal[a]) == b for a, b in pairs)
-    assert right == len(pairs), f"EAGLE-1 proposal right on {right}/{len(pairs)} steps"
+    assert_every_proposal_right(proposal, pairs_ahead(target_dir, 1), "EAGLE-1 proposal")
 
 
 @contextmanager
@@ -170,11 +167,10 @@ def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, t
     from spec_decode_ci.e2e.tiny_models import write_tiny_models
     from spec_decode_ci.emulation import emulated_platform
 
-    (case,) = [c for s in SMOKE.suites for c in SMOKE.cases(s) if c.speculators == head]
-    family = SMOKE.tiny_models[target]
-    config = SMOKE.with_models(write_tiny_models(tmp_path, {target: family}, {"speculators": {head: target}},
-                                                 weights=True))
-    case = [c for s in config.suites for c in config.cases(s) if c.id == case.id][0]
+    (case_id,) = [c.id for s in SMOKE.suites for c in SMOKE.cases(s) if c.speculators == head]
+    config = SMOKE.with_models(write_tiny_models(tmp_path, {target: SMOKE.tiny_models[target]},
+                                                 {"speculators": {head: target}}, weights=True))
+    (case,) = [c for s in config.suites for c in config.cases(s) if c.id == case_id]
     with emulated_platform():
         engine = EngineArgs(**cases.engine_kwargs(config, case, speculative=True)).create_engine_config()
     draft = engine.speculative_config.draft_model_config
@@ -183,9 +179,6 @@ def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, t
 
     checkpoint = load_file(str(Path(case.speculators) / "model.safetensors"))
     target_weights = load_file(str(Path(case.target) / "model.safetensors"))
-    token_prompts = [p["prompt_token_ids"] for p in prompts(SMOKE)]
-    runs = [ids + out for ids, out in zip(token_prompts, greedy(case.target, torch.bfloat16, token_prompts,
-                                                                  SMOKE.max_tokens))]
     with vllm_model_on_cpu(engine, draft, tmp_path) as model, torch.no_grad():
         def unset(p):  # a value no weight or index mapping has
             return float("nan") if p.is_floating_point() else torch.iinfo(p.dtype).min
@@ -199,6 +192,4 @@ def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, t
         embed = target_weights["model.embed_tokens.weight"]
         aux = torch.cat([embed, torch.randn(embed.shape[0], 2 * embed.shape[1], dtype=embed.dtype)], dim=1)
         proposal = model.compute_logits(model.combine_hidden_states(aux)).argmax(-1)
-    pairs = [(seq[t], seq[t + 2]) for ids, seq in zip(token_prompts, runs) for t in range(len(ids) - 1, len(seq) - 2)]
-    right = sum(int(proposal[a]) == b for a, b in pairs)
-    assert right == len(pairs), f"first proposal right on {right}/{len(pairs)} steps"
+    assert_every_proposal_right(proposal, pairs_ahead(case.target, 2), "first proposal")
