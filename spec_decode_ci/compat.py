@@ -12,14 +12,18 @@ pipeline's compatibility lane (``compat_lane_releases``) then runs the tier on i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import importlib.util
 import inspect
+import re
+import types
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterable
 
 OLDEST = "0.20.0"  # the first release with PR #39546's fix
-NEWEST = "0.33.0"  # the newest release the tier is run on
+NEWEST = "0.34.0"  # the newest release the tier is run on
 
 
 @dataclass(frozen=True)
@@ -33,12 +37,79 @@ DIFFERENCES: dict[str, Difference] = {}
 
 
 class MissingVllmField(RuntimeError):
-    """The installed vLLM lacks a field, class or module the harness reads, in every form it knows."""
+    """The installed vLLM lacks a field, class or module the harness reads, in every form it knows: the harness
+    cannot drive this vLLM (its breakage, not a finding about vLLM). ``module`` and ``field`` name what is
+    missing; ``last_found`` is the newest release where the harness found it."""
+
+    def __init__(self, module: str, field: str, what: str = "", last_found: str = NEWEST, detail: str = ""):
+        self.module, self.field, self.what, self.last_found = module, field, what, last_found
+        super().__init__(f"{detail or f'{module} has no {field}'}{f' ({what})' if what else ''}; the harness last "
+                         f"found it in vLLM {last_found}: update spec_decode_ci.compat")
+
+    @property
+    def summary(self) -> str:
+        return f"{self.module} has no {self.field} (last found in vLLM {self.last_found})"
+
+
+def _missing_from(exc: BaseException) -> MissingVllmField:
+    """A ``MissingVllmField`` for a lookup error raised where compat reads vLLM."""
+    if isinstance(exc, ImportError):
+        name = exc.name or str(exc)
+        module, _, field = name.rpartition(".")
+        return MissingVllmField(module or name, field or name, detail=f"module {name} is not importable ({exc})")
+    if isinstance(exc, AttributeError) and getattr(exc, "name", None):
+        owner = getattr(exc, "obj", None)
+        owner_name = getattr(owner, "__name__", type(owner).__name__)
+        return MissingVllmField(getattr(owner, "__module__", None) or owner_name, exc.name,
+                                detail=f"{owner_name} has no {exc.name}")
+    return MissingVllmField("vllm", str(exc), detail=f"{type(exc).__name__} {exc} while reading vLLM")
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by this module's own code (an import it made counts), not deeper in vLLM."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    frames = [f for f in frames if not f.startswith("<frozen importlib")]
+    return bool(frames) and frames[-1] == __file__
+
+
+def probe(func: Callable) -> Callable:
+    """Lookups of vLLM's names that fail inside ``func`` (in this module's code) raise ``MissingVllmField``."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (AttributeError, KeyError, IndexError, TypeError, ImportError, StopIteration) as exc:
+            if _raised_here(exc):
+                raise _missing_from(exc) from exc
+            raise
+    return wrapper
+
+
+def vllm_module(name: str) -> types.ModuleType:
+    """vLLM's module ``name``; ``MissingVllmField`` where it cannot be imported."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise _missing_from(exc) from exc
+        raise
+
+
+def module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def difference(since: str, what: str) -> Callable[[Callable], Callable]:
     def register(func: Callable) -> Callable:
         DIFFERENCES[func.__name__] = Difference(func.__name__, since, what)
+        func = probe(func)
         func.since = since
         return func
     return register
@@ -61,16 +132,15 @@ def require(owner: Any, *names: str, what: str) -> Any:
         if hasattr(owner, name):
             return getattr(owner, name)
     label = getattr(owner, "__name__", type(owner).__name__)
-    raise MissingVllmField(f"{what}: {label} has none of {', '.join(names)} (a vLLM change the harness "
-                           f"does not know; add it to spec_decode_ci.compat)")
+    raise MissingVllmField(label, " / ".join(names), what, detail=f"{label} has none of {', '.join(names)}")
 
 
 def require_fields(cls: type, names: Iterable[str]) -> None:
     fields = {f.name for f in dataclasses.fields(cls)}
     missing = [n for n in names if n not in fields]
     if missing:
-        raise MissingVllmField(f"{cls.__module__}.{cls.__name__} has no field {', '.join(missing)} "
-                               f"(a vLLM change the harness does not know; add it to spec_decode_ci.compat)")
+        raise MissingVllmField(f"{cls.__module__}.{cls.__name__}", ", ".join(missing),
+                               detail=f"{cls.__module__}.{cls.__name__} has no field {', '.join(missing)}")
 
 
 def _has_field(cls: type, name: str) -> bool:
@@ -128,8 +198,9 @@ def page_locking_switches(modules: Iterable[Any], available: bool = False) -> li
             if hasattr(module, name):
                 patches.append((module, name, value))
     if not patches:
-        raise MissingVllmField("page locking: none of PIN_MEMORY / is_pin_memory_available found in "
-                               "vllm.utils.platform_utils, vllm.utils.torch_utils, vllm.v1.utils or the backend")
+        raise MissingVllmField("vllm.utils.platform_utils", "PIN_MEMORY / is_pin_memory_available",
+                               "page locking: looked in vllm.utils.platform_utils, vllm.utils.torch_utils, "
+                               "vllm.v1.utils and the backend")
     init = v1_utils.CpuGpuBuffer.__init__
     if "pin_memory" in (init.__kwdefaults__ or {}):  # a default bound when vLLM was imported
         patches.append((init, "__kwdefaults__", {**init.__kwdefaults__, "pin_memory": available}))
@@ -152,50 +223,124 @@ def seq_lens_guard_pattern() -> str:
     return r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm"
 
 
+V1_RUNNER, V2_RUNNER = "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"
+
+
+@difference("0.34.0", "model runner V2 only (vllm/v1/worker/gpu/); before, VllmConfig.use_v2_model_runner chose "
+                      "between it and V1 (gpu_model_runner.py, cudagraph_dispatcher.py) per configuration")
+def model_runner(vllm_config) -> str:
+    """The GPU model runner this vLLM runs ``vllm_config`` with (``V1_RUNNER`` or ``V2_RUNNER``); ask under the
+    platform the config is for (the choice reads it)."""
+    has_v1, has_v2 = module_exists(V1_RUNNER), module_exists(V2_RUNNER)
+    if has_v1 and has_v2 and hasattr(type(vllm_config), "use_v2_model_runner"):
+        return V2_RUNNER if vllm_config.use_v2_model_runner else V1_RUNNER
+    if has_v1 or has_v2:
+        return V1_RUNNER if has_v1 else V2_RUNNER
+    raise MissingVllmField("vllm.v1.worker", "gpu_model_runner / gpu.model_runner", "the GPU model runner")
+
+
 @dataclass(frozen=True)
 class CudaGraphPadding:
-    """How vLLM's GPU model runner fills the requests and tokens it adds to reach a captured CUDA-graph size:
+    """How a vLLM GPU model runner fills the requests and tokens it adds to reach a captured CUDA-graph size:
     padded requests have no query tokens (``query_start_loc`` repeats its last entry), ``seq_len`` and
-    block-table rows of ``block_id``; padded tokens map to ``slot``; ``num_actual_tokens`` counts them."""
+    block-table rows of ``block_id``; padded tokens map to ``slot``; ``num_actual_tokens`` counts them.
 
+    Which batches are padded, and to what, is the runner's: V1 replays a uniform decode graph of T tokens with
+    min(T // (1 + k), max_num_seqs) requests and T tokens, and pads a mixed batch's tokens; V2 captures uniform
+    decode graphs per (requests, 1 + k), so a replay holds requests x (1 + k) tokens, and runs a mixed batch on
+    a backend without full graphs for them (FlashInfer) piecewise, its attention metadata unpadded."""
+
+    runner: str
     seq_len: int
     block_id: int
     slot: int
 
+    def padded_counts(self, query_lens, num_tokens_padded: int, uniform_query_len: int,
+                      max_num_seqs: int) -> tuple[int, int]:
+        """(requests, tokens) the runner adds to a batch of ``query_lens`` replayed on a graph of
+        ``num_tokens_padded`` tokens."""
+        num_tokens = sum(query_lens)
+        if num_tokens_padded < num_tokens:
+            raise ValueError(f"cannot pad {num_tokens} tokens to {num_tokens_padded}")
+        if not all(q == uniform_query_len for q in query_lens):
+            return (0, num_tokens_padded - num_tokens) if self.runner == V1_RUNNER else (0, 0)
+        if num_tokens_padded % uniform_query_len:
+            raise ValueError(f"a uniform decode graph of {num_tokens_padded} tokens needs a multiple of "
+                             f"{uniform_query_len}")
+        reqs = min(num_tokens_padded // uniform_query_len, max_num_seqs)
+        tokens = num_tokens_padded if self.runner == V1_RUNNER else reqs * uniform_query_len
+        return reqs - len(query_lens), tokens - num_tokens
 
-_RUNNER_PADDING_RULES = {
-    "padded requests have no query tokens": r"query_start_loc\.np\[num_reqs \+ 1 ?:\]\.fill\(cu_num_tokens\[-1\]\)",
-    "padded requests have seq_len 0": r"self\.seq_lens\[num_reqs:\]\.fill_\(0\)",
-    "padded block-table rows hold NULL_BLOCK_ID": r"\[num_reqs:num_reqs_padded\]\.fill_\(NULL_BLOCK_ID\)",
-    "padded tokens map to slot -1 (PAD_SLOT_ID)": r"slot_mapping\[num_tokens_unpadded:num_tokens_padded\]\.fill_\(-1\)",
-    "num_actual_tokens counts padded tokens": r"num_actual_tokens=num_tokens_padded",
+
+# Per runner, per module: the rules ``CudaGraphPadding`` encodes, as the runner's source writes them.
+_PADDING_RULES = {
+    V1_RUNNER: {
+        V1_RUNNER: {
+            "padded requests have no query tokens": r"query_start_loc\.np\[num_reqs \+ 1 ?:\]\.fill\(cu_num_tokens\[-1\]\)",
+            "padded requests have seq_len 0": r"self\.seq_lens\[num_reqs:\]\.fill_\(0\)",
+            "padded block-table rows hold NULL_BLOCK_ID": r"\[num_reqs:num_reqs_padded\]\.fill_\(NULL_BLOCK_ID\)",
+            "padded tokens map to slot -1 (PAD_SLOT_ID)":
+                r"slot_mapping\[num_tokens_unpadded:num_tokens_padded\]\.fill_\(-1\)",
+            "num_actual_tokens counts padded tokens": r"num_actual_tokens=num_tokens_padded",
+        },
+        "vllm.v1.cudagraph_dispatcher": {
+            "a uniform decode graph of T tokens replays min(T // (1 + k), max_num_seqs) requests":
+                r"num_reqs = min\(num_tokens_padded // uniform_decode_query_len, max_num_seqs\)",
+        },
+    },
+    V2_RUNNER: {
+        V2_RUNNER: {
+            "padded requests have no query tokens": r"query_start_loc_np\[num_reqs \+ 1 ?:\] = num_tokens\b",
+        },
+        "vllm.v1.worker.gpu.input_batch": {
+            "padded requests have seq_len 0": r"tl\.store\(seq_lens_ptr \+ block, 0, mask=mask\)",
+        },
+        "vllm.v1.worker.gpu.block_table": {
+            "padded block-table rows hold 0 (NULL_BLOCK_ID)":
+                r"if batch_idx >= num_reqs:\s*# Zero out padded rows\.[^@]*?tl\.store\(dst_row_ptr \+ offset, 0,",
+            "padded tokens map to PAD_SLOT_ID": r"PAD_ID=PAD_SLOT_ID",
+        },
+        "vllm.v1.worker.gpu.model_states.default": {
+            "a FULL graph's attention metadata counts the padded requests and tokens, any other the real ones":
+                r"if cudagraph_mode == CUDAGraphMode\.FULL:[^@]*?num_reqs = input_batch\.num_reqs_after_padding\s*"
+                r"num_tokens = input_batch\.num_tokens_after_padding\s*else:[^@]*?num_tokens = input_batch\.num_tokens\n",
+        },
+        "vllm.v1.worker.gpu.cudagraph_utils": {
+            "a uniform decode graph holds requests x (1 + k) tokens, at most max_num_seqs requests":
+                r"rounded_num_reqs = rounded_num_tokens // decode_query_len|num_tokens=n \* q,\s*num_reqs=n,",
+        },
+    },
 }
-_DISPATCHER_PADDING_RULES = {  # vllm/v1/cudagraph_dispatcher.py: how many requests a padded batch gets
-    "a uniform decode graph of T tokens replays min(T // (1 + k), max_num_seqs) requests":
-        r"num_reqs = min\(num_tokens_padded // uniform_decode_query_len, max_num_seqs\)",
-}
 
 
-@lru_cache(maxsize=1)
-def cudagraph_padding() -> CudaGraphPadding:
-    """The runner's padding rules, read from the installed vLLM's ``gpu_model_runner`` source (not imported); a
-    rule no longer found there fails by name."""
-    import importlib.util
-    import re
+_RUNNER_LAST_FOUND = {V1_RUNNER: "0.33.0"}  # model runner V1 left vLLM in 0.34.0
+
+
+@probe
+@lru_cache(maxsize=None)
+def cudagraph_padding(runner: str) -> CudaGraphPadding:
+    """``runner``'s padding rules (``model_runner``), read from the installed vLLM's source (not imported); a rule
+    no longer found there fails by name."""
     from pathlib import Path
 
-    from vllm.v1.attention.backends import utils
-
-    def source(module: str) -> str:
-        return Path(importlib.util.find_spec(module).origin).read_text()
-
-    runner, dispatcher = source("vllm.v1.worker.gpu_model_runner"), source("vllm.v1.cudagraph_dispatcher")
-    missing = [rule for rule, pattern in _RUNNER_PADDING_RULES.items() if not re.search(pattern, runner)]
-    missing += [rule for rule, pattern in _DISPATCHER_PADDING_RULES.items() if not re.search(pattern, dispatcher)]
+    utils = vllm_module("vllm.v1.attention.backends.utils")
+    missing = []
+    for module, rules in _PADDING_RULES[runner].items():
+        spec = importlib.util.find_spec(module) if module_exists(module) else None
+        if spec is None or spec.origin is None:
+            raise MissingVllmField(module.rpartition(".")[0], module.rpartition(".")[2],
+                                   "the GPU model runner's padding rules", _RUNNER_LAST_FOUND.get(runner, NEWEST),
+                                   detail=f"module {module} is not found")
+        source = Path(spec.origin).read_text()
+        missing += [f"{module}: {rule}" for rule, pattern in rules.items() if not re.search(pattern, source)]
     if missing:
-        raise MissingVllmField(f"vLLM's runner no longer shows how it pads to a CUDA-graph size: "
-                               f"{'; '.join(missing)} (update spec_decode_ci.compat)")
-    return CudaGraphPadding(seq_len=0, block_id=require(utils, "NULL_BLOCK_ID", what="padding block id"),
+        raise MissingVllmField(runner, "its CUDA-graph padding rules", detail=f"vLLM's runner no longer shows how it "
+                               f"pads to a CUDA-graph size: {'; '.join(missing)}")
+    block_id = require(utils, "NULL_BLOCK_ID", what="padding block id")
+    if runner == V2_RUNNER and block_id != 0:
+        raise MissingVllmField("vllm.v1.attention.backends.utils", "NULL_BLOCK_ID == 0",
+                               "model runner V2 zeroes padded block-table rows")
+    return CudaGraphPadding(runner, seq_len=0, block_id=block_id,
                             slot=require(utils, "PAD_SLOT_ID", what="padding slot id"))
 
 
@@ -228,6 +373,7 @@ def dcp_group_patches(module, world_size: int, rank: int) -> list[tuple[Any, str
     return [(module, "get_dcp_group", lambda: SimpleNamespace(world_size=world_size, rank_in_group=rank))]
 
 
+@probe
 def dcp_sharded_spec_kwargs(sharded: bool) -> dict[str, Any]:
     """``FullAttentionSpec`` keywords for a DCP-sharded KV cache (the field exists where the builder reads it)."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec
@@ -243,8 +389,8 @@ def dcp_local_seq_lens_fields(device_lens, host_lens) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
     host = next((n for n in ("dcp_local_seq_lens_cpu_upper_bound", "dcp_local_seq_lens_cpu") if n in names), None)
     if host is None or "dcp_local_seq_lens" not in names:
-        raise MissingVllmField("CommonAttentionMetadata has no dcp_local_seq_lens / dcp_local_seq_lens_cpu"
-                               "[_upper_bound] (update spec_decode_ci.compat)")
+        raise MissingVllmField("vllm.v1.attention.backend.CommonAttentionMetadata",
+                               "dcp_local_seq_lens / dcp_local_seq_lens_cpu[_upper_bound]")
     return {"dcp_local_seq_lens": device_lens, host: host_lens}
 
 
@@ -255,6 +401,7 @@ COMMON_METADATA_FIELDS = ("query_start_loc", "query_start_loc_cpu", "seq_lens", 
                           "slot_mapping", "causal")
 
 
+@probe
 def common_attn_metadata(**fields: Any):
     """A ``CommonAttentionMetadata`` from the fields every supported release has (all required by name)."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
@@ -298,6 +445,7 @@ def vllm_sync_check_as_errors():
 
 # --- MLA builders ---------------------------------------------------------------------------------------------
 
+@probe
 def mla_backend_priorities(capability: tuple[int, int]) -> list[str]:
     """The attention backends vLLM's CUDA platform tries, in order, for an MLA model on a GPU of ``capability``.
 
@@ -313,8 +461,8 @@ def mla_backend_priorities(capability: tuple[int, int]) -> list[str]:
     source = open(spec.origin).read()
     found = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "_get_backend_priorities"]
     if not found:
-        raise MissingVllmField(f"MLA backend priorities: {spec.origin} has no _get_backend_priorities (a vLLM "
-                               f"change the harness does not know; add it to spec_decode_ci.compat)")
+        raise MissingVllmField("vllm.platforms.cuda", "_get_backend_priorities", "MLA backend priorities",
+                               detail=f"{spec.origin} has no _get_backend_priorities")
     function = found[0]
     function.decorator_list = []
     namespace: dict[str, Any] = {"AttentionBackendEnum": AttentionBackendEnum, "DeviceCapability": DeviceCapability,
@@ -353,6 +501,7 @@ def mla_context_chunks(chunked_context) -> list[list[tuple[int, int, int]]]:
             for row_starts, row_bounds in zip(starts, bounds)]
 
 
+@probe
 def init_workspace_manager(device) -> None:
     """vLLM's per-process workspace manager, which the GPU runner sets up and MLA prefill backends draw from."""
     try:

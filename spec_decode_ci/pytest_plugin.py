@@ -20,6 +20,10 @@ MARKERS = {
     "packaging": "the installed wheel runs its suites beside a decoy vLLM tests tree (needs vLLM there)",
 }
 VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging"}
+# Tests of these markers drive vLLM's FlashInfer backend module (imported before they are collected).
+FLASHINFER_MARKERS = {"build_path", "selfcheck"}
+FLASHINFER_BACKEND = "vllm.v1.attention.backends.flashinfer"
+BREAKAGE = "harness_breakage"  # user property of a test that ended in compat.MissingVllmField
 
 
 def pytest_configure(config):
@@ -32,6 +36,59 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not has_vllm and VLLM_MARKERS & {m.name for m in item.iter_markers()}:
             item.add_marker(pytest.mark.skip(reason="vLLM is not installed (pip install 'spec-decode-ci[build-path]')"))
+    if has_vllm and any(FLASHINFER_MARKERS & {m.name for m in item.iter_markers()} for item in items):
+        problem = flashinfer_backend_problem()
+        if problem:
+            pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def flashinfer_backend_problem() -> str | None:
+    """One line saying why vLLM's FlashInfer backend cannot be imported here, or None where it can."""
+    try:
+        importlib.import_module(FLASHINFER_BACKEND)
+    except ImportError as exc:
+        return (f"vLLM's FlashInfer backend ({FLASHINFER_BACKEND}) cannot be imported here: {exc}. The build-path "
+                f"suites need vLLM's CUDA image (FlashInfer with its kernels, as ci-infra gives GPU devices such as "
+                f"h200_18gb), or a CUDA torch install with flashinfer-python; vLLM's CPU image has no FlashInfer")
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that ends in ``compat.MissingVllmField`` found the harness unable to drive this vLLM: marked so that
+    it is reported as an error, not a failure (``pytest_report_teststatus``), and summed up once at the end."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and report.failed:
+        from spec_decode_ci.compat import MissingVllmField
+
+        exc = call.excinfo.value
+        while exc is not None and not isinstance(exc, MissingVllmField):
+            exc = exc.__cause__ or exc.__context__
+        if exc is not None:
+            report.user_properties.append((BREAKAGE, exc.summary))
+
+
+def _breakage(report) -> str | None:
+    return dict(getattr(report, "user_properties", ())).get(BREAKAGE)
+
+
+def pytest_report_teststatus(report, config):
+    if report.when == "call" and report.failed and _breakage(report):
+        return "error", "E", "ERROR"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    missing: dict[str, int] = {}
+    for report in terminalreporter.stats.get("error", []):
+        what = _breakage(report)
+        if what:
+            missing[what] = missing.get(what, 0) + 1
+    if missing:
+        found = "; ".join(f"{what}: {n} test{'s' if n > 1 else ''}" for what, n in missing.items())
+        terminalreporter.write_line(f"the harness cannot drive this vLLM: {found}. Update spec_decode_ci.compat "
+                                    f"(these are not findings about vLLM)", red=True, bold=True)
 
 
 def pytest_generate_tests(metafunc):

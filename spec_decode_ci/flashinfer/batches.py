@@ -31,6 +31,7 @@ class Batch:
     # ones, and tokens after the real ones that belong to no request.
     padded_reqs: int = 0
     padded_tokens: int = 0
+    padding: compat.CudaGraphPadding | None = None  # the runner's rules the padded requests and tokens follow
 
     @property
     def num_reqs(self) -> int:
@@ -106,20 +107,13 @@ def random_spec_decode_batch(choose: Choices, page_size: int, num_spec_tokens: i
     return make_batch(query_lens, seq_lens, page_size, seed=choose.integer(0, 2**16))
 
 
-def padded_to_cuda_graph(batch: Batch, num_tokens_padded: int, uniform_query_len: int, max_num_seqs: int) -> Batch:
-    """``batch`` as vLLM's runner hands it to ``build()`` when replaying a CUDA graph captured for
-    ``num_tokens_padded`` tokens: a uniform decode batch (every query ``uniform_query_len`` tokens, a FULL graph)
-    gets ``min(num_tokens_padded // uniform_query_len, max_num_seqs)`` requests, the extra ones of length zero;
-    any other batch keeps its requests and only its token count is padded (the dispatcher's rule)."""
-    if num_tokens_padded < batch.num_tokens:
-        raise ValueError(f"cannot pad {batch.num_tokens} tokens to {num_tokens_padded}")
-    padded_reqs = 0
-    if all(q == uniform_query_len for q in batch.query_lens):
-        if num_tokens_padded % uniform_query_len:
-            raise ValueError(f"a uniform decode graph of {num_tokens_padded} tokens needs a multiple of "
-                             f"{uniform_query_len}")
-        padded_reqs = min(num_tokens_padded // uniform_query_len, max_num_seqs) - batch.num_reqs
-    return dataclasses.replace(batch, padded_reqs=padded_reqs, padded_tokens=num_tokens_padded - batch.num_tokens)
+def padded_to_cuda_graph(batch: Batch, num_tokens_padded: int, uniform_query_len: int, max_num_seqs: int,
+                         padding: compat.CudaGraphPadding) -> Batch:
+    """``batch`` as vLLM's runner (``padding``) hands it to ``build()`` when replaying a CUDA graph captured for
+    ``num_tokens_padded`` tokens (``compat.CudaGraphPadding.padded_counts``: zero-length requests after a
+    uniform decode batch, padded tokens after the real ones)."""
+    reqs, tokens = padding.padded_counts(batch.query_lens, num_tokens_padded, uniform_query_len, max_num_seqs)
+    return dataclasses.replace(batch, padded_reqs=reqs, padded_tokens=tokens, padding=padding)
 
 
 @dataclass
@@ -133,8 +127,8 @@ class DeviceBatch:
 def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: int,
                          dcp_local_lens: list[int] | None = None) -> DeviceBatch:
     """The batch as vLLM's runner lays it out; padded requests and tokens are filled by the runner's rules
-    (``compat.cudagraph_padding``)."""
-    pad = compat.cudagraph_padding() if batch.padded_reqs or batch.padded_tokens else None
+    (``batch.padding``)."""
+    pad = batch.padding if batch.padded_reqs or batch.padded_tokens else None
     query_start = [0]
     for q in batch.query_lens:
         query_start.append(query_start[-1] + q)

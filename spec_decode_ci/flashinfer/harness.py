@@ -18,7 +18,7 @@ import torch
 
 from spec_decode_ci import compat
 from spec_decode_ci.flashinfer.reference import dcp_local_len
-from spec_decode_ci.flashinfer.batches import Batch, DeviceBatch, cdiv, common_attn_metadata
+from spec_decode_ci.flashinfer.batches import Batch, DeviceBatch, cdiv, common_attn_metadata, padded_to_cuda_graph
 from spec_decode_ci.flashinfer.builder import (
     BuilderOptions, builder_context, builder_device, make_builder, make_vllm_config,
 )
@@ -182,6 +182,17 @@ class BuildHarness:
     @property
     def decode_threshold(self) -> int:
         return self.builder.reorder_batch_threshold
+
+    @property
+    def cudagraph_padding(self) -> compat.CudaGraphPadding:
+        """The padding rules of the GPU model runner this vLLM runs the harness's config with."""
+        with builder_context(self.vllm_config, self.gpu, self.module):
+            return compat.cudagraph_padding(compat.model_runner(self.vllm_config))
+
+    def padded(self, batch: Batch, num_tokens_padded: int) -> Batch:
+        """``batch`` replayed on a CUDA graph of ``num_tokens_padded`` tokens, padded as the runner pads it."""
+        return padded_to_cuda_graph(batch, num_tokens_padded, self.decode_threshold, self.options.max_num_seqs,
+                                    self.cudagraph_padding)
 
     @property
     def require_uniform_decodes(self) -> bool:

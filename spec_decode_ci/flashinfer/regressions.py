@@ -56,6 +56,15 @@ REGRESSIONS = {
             "",
         ),
         Regression(
+            "stale_prefill_query_offsets",
+            "TRTLLM prefill hands the kernel the persistent qo_indptr_prefill buffer (kept for FULL CUDA graphs) "
+            "without writing this batch's rebased query offsets into it",
+            r"\n[ \t]*torch\.sub\(\s*qo_indptr\[prefill_start : num_reqs \+ 1\],\s*qo_indptr\[prefill_start\],"
+            r"\s*out=qo_indptr_prefill_gpu,?\s*\)",
+            "",
+            present=lambda module: "out=qo_indptr_prefill_gpu" in inspect.getsource(module),
+        ),
+        Regression(
             "padded_decode_query_len",
             "a padded spec-decode batch (zero-length requests after a CUDA-graph replay) described to the TRTLLM "
             "decode kernel by tokens / requests instead of each request's query offsets",

@@ -14,7 +14,7 @@ import pytest
 
 from spec_decode_ci.emulation import EmulatedGpu
 from spec_decode_ci.flashinfer import metadata_view
-from spec_decode_ci.flashinfer.batches import Choices, padded_to_cuda_graph, random_spec_decode_batch, spec_decode_batch
+from spec_decode_ci.flashinfer.batches import Choices, random_spec_decode_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.isolation import builder_settings, metadata_changes, metadata_fields
 
 pytestmark = pytest.mark.build_path
@@ -31,10 +31,9 @@ def batches(harness):
     yield "mixed", spec_decode_batch(3, 3, k, page, seed=21, decode_query_len=q)
     yield "decode-only", spec_decode_batch(4, 0, k, page, seed=22, decode_query_len=q)
     yield "prefill-only", spec_decode_batch(0, 3, k, page, seed=23)
-    yield "padded-decodes", padded_to_cuda_graph(spec_decode_batch(3, 0, k, page, seed=24, decode_query_len=q),
-                                                 5 * q, q, harness.options.max_num_seqs)
+    yield "padded-decodes", harness.padded(spec_decode_batch(3, 0, k, page, seed=24, decode_query_len=q), 5 * q)
     mixed = spec_decode_batch(2, 2, k, page, seed=25, decode_query_len=q)
-    yield "padded-mixed", padded_to_cuda_graph(mixed, mixed.num_tokens + 3, q, harness.options.max_num_seqs)
+    yield "padded-mixed", harness.padded(mixed, mixed.num_tokens + 3)
 
 
 @pytest.mark.parametrize("prefill,decode", PHASES, ids=[f"prefill={p}-decode={d}" for p, d in PHASES])
@@ -55,7 +54,7 @@ def random_sequence(harness, seed: int, length: int):
         if i % 3 == 2:  # every third batch as a CUDA-graph replay pads it
             uniform = all(x == harness.decode_threshold for x in batch.query_lens)
             tokens = batch.num_tokens + (harness.decode_threshold * 2 if uniform else 5)
-            batch = padded_to_cuda_graph(batch, tokens, harness.decode_threshold, o.max_num_seqs)
+            batch = harness.padded(batch, tokens)
         yield batch
 
 

@@ -15,21 +15,22 @@ from spec_decode_ci.flashinfer.batches import make_batch, padded_to_cuda_graph, 
 pytestmark = pytest.mark.build_path
 
 
-def padded_batches(k: int, page: int, max_num_seqs: int):
+def padded_batches(harness):
     """(name, batch): uniform decodes padded by 1..5 requests, or to more tokens than ``max_num_seqs`` requests
-    of 1 + k hold (the request count is capped, so tokens / requests is not 1 + k); mixed batches padded by a
-    few tokens."""
+    of 1 + k hold (the request count is capped, so on V1 tokens / requests is not 1 + k); mixed batches padded by
+    a few tokens (on V2 they run piecewise, unpadded)."""
+    k, page, max_num_seqs = harness.options.num_spec_tokens, harness.options.page_size, harness.options.max_num_seqs
     q = 1 + k
     for real, padded_reqs in [(1, 1), (3, 1), (3, 5), (6, 2), (2, 6)]:
         batch = spec_decode_batch(real, 0, k, page, seed=real + 10 * padded_reqs)
-        yield f"decodes={real}+{padded_reqs}", padded_to_cuda_graph(batch, (real + padded_reqs) * q, q, max_num_seqs)
+        yield f"decodes={real}+{padded_reqs}", harness.padded(batch, (real + padded_reqs) * q)
     for real in (max_num_seqs - 4, max_num_seqs - 1):
         batch = spec_decode_batch(real, 0, k, page, seed=real)
-        yield f"decodes={real}-capped", padded_to_cuda_graph(batch, (max_num_seqs + 20) * q, q, max_num_seqs)
+        yield f"decodes={real}-capped", harness.padded(batch, (max_num_seqs + 20) * q)
     mixed = spec_decode_batch(3, 2, k, page, seed=4)
-    yield "mixed+tokens", padded_to_cuda_graph(mixed, mixed.num_tokens + 5, q, max_num_seqs)
+    yield "mixed+tokens", harness.padded(mixed, mixed.num_tokens + 5)
     boundary = make_batch([q, q], [page, page + 1], page, seed=9)
-    yield "page-boundary-decodes+1", padded_to_cuda_graph(boundary, 3 * q, q, max_num_seqs)
+    yield "page-boundary-decodes+1", harness.padded(boundary, 3 * q)
 
 
 def real_query_ranges(batch, num_decodes: int) -> list[tuple[int, int]]:
@@ -43,7 +44,7 @@ def test_padded_batches_describe_exactly_the_real_requests(harness_cache, page):
 
     harness = harness_cache(BuilderOptions(page_size=page))
     k = harness.options.num_spec_tokens
-    for name, batch in padded_batches(k, page, harness.options.max_num_seqs):
+    for name, batch in padded_batches(harness):
         result = harness.build(batch, watch_syncs=True)  # an assertion in build() fails here, with the batch
         m = result.metadata
         real = reference.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
@@ -62,26 +63,37 @@ def test_padded_batches_describe_exactly_the_real_requests(harness_cache, page):
             f"{name}: the decode kernel would read queries {ranges} for {batch.describe()}")
         seq_lens = metadata_view.as_list(m.decode.seq_lens)
         assert seq_lens[:real.num_decodes] == list(batch.seq_lens[:real.num_decodes]), name
-        assert all(s == compat.cudagraph_padding().seq_len for s in seq_lens[real.num_decodes:]), name
+        assert all(s == batch.padding.seq_len for s in seq_lens[real.num_decodes:]), name
         view = metadata_view.trtllm_decode(result, batch)
         assert view.block_tables == reference.trtllm_decode(batch, real).block_tables, name
 
 
-def test_padding_follows_the_runner():
-    """The padded layout: zero-length requests and padded tokens filled as vLLM's runner fills them."""
+def test_padding_follows_the_runner(harness_cache):
+    """The padded layout: zero-length requests and padded tokens filled as this vLLM's runner fills them."""
     from spec_decode_ci.flashinfer.batches import common_attn_metadata
 
     import torch
 
-    pad = compat.cudagraph_padding()
-    batch = padded_to_cuda_graph(make_batch([4, 4, 4], [20, 5, 33], 16), 20, 4, max_num_seqs=64)
+    harness = harness_cache()
+    pad = harness.cudagraph_padding
+    assert pad.runner in (compat.V1_RUNNER, compat.V2_RUNNER)
+    batch = padded_to_cuda_graph(make_batch([4, 4, 4], [20, 5, 33], 16), 20, 4, 64, pad)
     assert (batch.padded_reqs, batch.padded_tokens) == (2, 8)
     common = common_attn_metadata(batch, torch.device("cpu"), 8).common
     assert common.query_start_loc_cpu.tolist() == [0, 4, 8, 12, 12, 12]
     assert common.num_reqs == 5 and common.num_actual_tokens == 20
     assert common.seq_lens.tolist() == [20, 5, 33, pad.seq_len, pad.seq_len]
     assert (common.block_table_tensor[3:] == pad.block_id).all() and common.slot_mapping[12:].eq(pad.slot).all()
-    mixed = padded_to_cuda_graph(make_batch([4, 9], [4, 30], 16), 16, 4, max_num_seqs=64)
-    assert (mixed.padded_reqs, mixed.padded_tokens) == (0, 3)
-    capped = padded_to_cuda_graph(make_batch([4] * 3, [9] * 3, 16), 24, 4, max_num_seqs=4)
-    assert (capped.padded_reqs, capped.padded_tokens) == (1, 12)
+
+
+@pytest.mark.parametrize("runner,mixed,capped", [(compat.V1_RUNNER, (0, 3), (1, 12)), (compat.V2_RUNNER, (0, 0), (1, 4))],
+                         ids=["v1", "v2"])
+def test_each_runner_pads_by_its_own_rule(runner, mixed, capped):
+    """V1 pads a mixed batch's tokens and replays a capped uniform graph with all its tokens; V2 runs a mixed
+    FlashInfer batch piecewise (unpadded) and its uniform graphs hold requests x (1 + k) tokens."""
+    pad = compat.CudaGraphPadding(runner, seq_len=0, block_id=0, slot=-1)
+    assert pad.padded_counts([4, 4, 4], 20, 4, 64) == (2, 8)
+    assert pad.padded_counts([4, 9], 16, 4, 64) == mixed
+    assert pad.padded_counts([4] * 3, 24, 4, 4) == capped
+    with pytest.raises(ValueError, match="multiple of 4"):
+        pad.padded_counts([4, 4], 10, 4, 64)

@@ -25,6 +25,8 @@ MUST_FAIL = {
     "old_guard": ["test_guard[prefill=yes-trtllm,decode=yes-trtllm]", "test_guard[prefill=yes-trtllm,decode=no-trtllm]"],
     "stale_indptr": ["test_trtllm_fields_equal_reference[16]", "test_poison_does_not_reach_the_kernels[trtllm-trtllm]",
                      "test_random_batches[16]", "test_random_batches[64]"],
+    "stale_prefill_query_offsets": ["test_trtllm_fields_equal_reference[16]",
+                                    "test_poison_does_not_reach_the_kernels[trtllm-trtllm]", "test_random_batches[16]"],
     "padded_decode_query_len": ["test_padded_batches_describe_exactly_the_real_requests[16]",
                                 "test_padded_batches_describe_exactly_the_real_requests[64]"],
     "inputs_mutated": ["test_build_leaves_its_inputs_untouched[prefill=trtllm-decode=trtllm]",
@@ -48,23 +50,46 @@ MUST_FAIL = {
 
 def run_tier(regression: str) -> tuple[int, set[str], str]:
     env = {**os.environ, ENV: regression}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:warnings",
                            "-p", "spec_decode_ci.pytest_plugin", "-m", "build_path", "--pyargs", *TIER],
                           env=env, capture_output=True, text=True)
-    failed = set(re.findall(r"^FAILED \S*?::(\S+)", proc.stdout, re.M))
+    failed = set(re.findall(r"^(?:FAILED|ERROR) \S*?::(\S+)", proc.stdout, re.M))
     return proc.returncode, failed, proc.stdout[-3000:]
 
 
-@pytest.mark.parametrize("regression", sorted(REGRESSIONS))
-def test_tier_verdict_under_regression(regression):
+class SelfCheckRefused(RuntimeError):
+    """The tier is red on vLLM's module copied unchanged: a regression's red would say nothing."""
+
+
+@pytest.fixture(scope="module")
+def control():
+    """The tier on the unchanged copy (regression ``none``), run once: (exit code, red tests, output tail)."""
+    patched_backend("none")
+    return run_tier("none")
+
+
+@pytest.fixture
+def green_control(control):
+    code, failed, tail = control
+    if code != 0 or failed:
+        raise SelfCheckRefused(
+            f"the self-check gives no verdicts: its control (vLLM's module copied unchanged) is not green, so a "
+            f"regression's red would say nothing. Red on the control: {sorted(failed) or f'exit {code}'}\n{tail}")
+
+
+def test_control_is_green(control):
+    """The tier stays green on vLLM's module compiled into a copy unchanged."""
+    code, failed, tail = control
+    assert code == 0 and not failed, tail
+
+
+@pytest.mark.parametrize("regression", sorted(set(REGRESSIONS) - {"none"}))
+def test_tier_verdict_under_regression(regression, green_control):
     original = importlib.import_module(REGRESSIONS[regression].target)
     if not REGRESSIONS[regression].present(original):
         pytest.skip(f"this vLLM lacks the code {regression!r} undoes: the tier meets that bug natively here")
     patched_backend(regression)  # fails here, clearly, if vLLM's code no longer has what the regression edits
     code, failed, tail = run_tier(regression)
-    if regression == "none":
-        assert code == 0 and not failed, tail
-    else:
-        assert code == 1, tail
-        missing = [t for t in MUST_FAIL[regression] if t not in failed]
-        assert not missing, f"{regression}: expected red {missing}; red were {sorted(failed)}\n{tail}"
+    assert code == 1, tail
+    missing = [t for t in MUST_FAIL[regression] if t not in failed]
+    assert not missing, f"{regression}: expected red {missing}; red were {sorted(failed)}\n{tail}"

@@ -6,7 +6,7 @@ import pytest
 
 from spec_decode_ci.e2e.runner import BuildLog, observed_builds
 from spec_decode_ci.emulation import EmulatedGpu
-from spec_decode_ci.flashinfer.batches import spec_decode_batch, padded_to_cuda_graph
+from spec_decode_ci.flashinfer.batches import spec_decode_batch
 
 pytestmark = pytest.mark.e2e_offline
 
@@ -31,8 +31,8 @@ def test_mixed_batches_counted_as_scheduled_whatever_the_builder_calls_them(harn
 def test_padded_requests_are_neither_prefill_nor_decode(harness_cache):
     harness = harness_cache()
     k = harness.options.num_spec_tokens
-    batch = padded_to_cuda_graph(spec_decode_batch(3, 0, k, harness.options.page_size, seed=5, decode_query_len=1 + k),
-                                 8 * (1 + k), 1 + k, harness.options.max_num_seqs)
+    batch = harness.padded(spec_decode_batch(3, 0, k, harness.options.page_size, seed=5, decode_query_len=1 + k),
+                           8 * (1 + k))
     log = BuildLog()
     with observed_builds(log, 1 + k):
         harness.build(batch)

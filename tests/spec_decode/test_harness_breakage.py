@@ -1,0 +1,54 @@
+"""A vLLM the harness does not know (a module gone, a field renamed) ends every test that depends on it in
+``compat.MissingVllmField``, reported as an error, never as a failure, with one line saying the harness cannot
+drive this vLLM; tests that do not depend on it still pass."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from spec_decode_ci.suites.vllm_changes import HIDE_ENV, RENAME_ENV
+
+pytestmark = pytest.mark.build_path
+
+
+def run_changed(env: dict[str, str], *modules: str) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:warnings",
+                           "-p", "spec_decode_ci.suites.vllm_changes", "-p", "spec_decode_ci.pytest_plugin",
+                           "-m", "build_path", "--pyargs", *(f"spec_decode_ci.suites.{m}" for m in modules)],
+                          env={**os.environ, **env}, capture_output=True, text=True)
+    return proc.returncode, proc.stdout
+
+
+def outcomes(output: str) -> dict[str, int]:
+    last = output.strip().splitlines()[-1]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", last)}
+
+
+def assert_harness_breakage(code: int, output: str, missing: str) -> dict[str, int]:
+    counts = outcomes(output)
+    assert code == 1, output[-3000:]
+    assert not counts.get("failed"), f"a test failed instead of ending in MissingVllmField:\n{output[-3000:]}"
+    errors = counts.get("errors", counts.get("error", 0))
+    lines = [line for line in output.splitlines() if line.startswith("the harness cannot drive this vLLM: ")]
+    assert len(lines) == 1 and missing in lines[0], output[-3000:]
+    # every error is one the summary line counts as the harness's breakage
+    assert errors and sum(int(n) for n in re.findall(r": (\d+) tests?\b", lines[0])) == errors, output[-3000:]
+    return counts
+
+
+def test_hidden_runner_modules_end_the_padding_tests_in_missing_vllm_field():
+    code, output = run_changed({HIDE_ENV: "vllm.v1.worker.gpu_model_runner,vllm.v1.worker.gpu.model_runner"},
+                               "test_cuda_graph_padding")
+    counts = assert_harness_breakage(code, output, "gpu_model_runner / gpu.model_runner")
+    assert counts.get("passed") == 2, output[-3000:]  # the two runner rules that need no vLLM runner
+
+
+def test_renamed_metadata_field_ends_every_batch_test_in_missing_vllm_field():
+    code, output = run_changed({RENAME_ENV: "vllm.v1.attention.backend:seq_lens_cpu_upper_bound:seq_lens_host_bound"},
+                               "test_guard_truth_table")
+    assert_harness_breakage(code, output, "seq_lens_cpu_upper_bound")
