@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-demand", action="store_true", help="native pipeline without block gates: run the steps now")
     p.add_argument("--only", action="append", default=[], metavar="KEY", help="just this step (repeatable)")
     p.add_argument("--list", action="store_true",
-                   help="print each step (key, device, queue, optional, timeout, label) and its commands, then exit")
+                   help="print each step (key, device, queue, image, optional, timeout, label) and its commands, then exit")
     p.add_argument("--check", action="store_true",
                    help="compare with the committed output; print a diff and exit 1 on drift; never writes")
     return p
@@ -58,8 +58,9 @@ def find_repo_root(start: Path) -> Path | None:
 
 
 def format_table(steps) -> str:
-    rows = [("KEY", "DEVICE", "QUEUE", "OPTIONAL", "TIMEOUT", "LABEL")]
-    rows += [(s.key or "-", s.device.test_area_device if s.device else "-", s.queue, "yes" if s.optional else "no",
+    rows = [("KEY", "DEVICE", "QUEUE", "IMAGE", "OPTIONAL", "TIMEOUT", "LABEL")]
+    rows += [(s.key or "-", s.device.test_area_device if s.device else "-", s.queue, s.image.build_step or "-",
+              "yes" if s.optional else "no",
               f"{s.timeout_in_minutes}m" if s.timeout_in_minutes else "-", s.label) for s in steps]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(rows[0], widths)).rstrip() + "\n"]

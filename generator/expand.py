@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from spec_decode_ci.generator.errors import InputError
-from spec_decode_ci.generator.model import AreaStep, Device, Matrix, Suite
+from spec_decode_ci.generator.model import VLLM_NIGHTLY, AreaStep, Device, Matrix, Suite
+from spec_decode_ci.generator.routing import Image, image_for, queue_for
 
 # Buildkite's pipeline schema: keys match this, are at most 100 characters and must not look like a UUID.
 BUILDKITE_KEY_RE = re.compile(r"^[a-zA-Z0-9_\-:${}.,]+$")
@@ -52,9 +53,12 @@ class Step:
 
     @property
     def queue(self) -> str:
-        from spec_decode_ci.generator.routing import queue_for
-
         return queue_for(self.device.test_area_device if self.device else None, self.get("num_devices"))
+
+    @property
+    def image(self) -> Image:
+        """The vLLM image ci-infra runs this step in."""
+        return image_for(self.device.test_area_device if self.device else None)
 
     @property
     def commands(self) -> tuple[str, ...]:
@@ -70,13 +74,13 @@ class Step:
 
 
 def step_key(suite: Suite, device: Device, vllm: str | None = None) -> str:
-    release = f"vllm-{vllm.replace('.', '-')}" if vllm else None
+    release = f"vllm-{vllm.replace('.', '-')}" if vllm and vllm != VLLM_NIGHTLY else None
     parts = [suite.key, release, "nightly" if suite.schedule == "nightly" else None, device.name.replace("_", "-")]
     return "-".join(p for p in parts if p)
 
 
 def step_label(suite: Suite, device: Device, vllm: str | None = None) -> str:
-    release = f" on vLLM {vllm}" if vllm else ""
+    release = (" on vLLM main (nightly wheel)" if vllm == VLLM_NIGHTLY else f" on vLLM {vllm}") if vllm else ""
     nightly = " Nightly" if suite.schedule == "nightly" else ""
     return f"{device.emoji} ({device.display_name}) {suite.label}{release}{nightly}"
 
@@ -96,6 +100,15 @@ def upload_after(command: str, path: str) -> str:
 
 def pip_install(requirement: str) -> str:
     return shlex.join(["python", "-m", "pip", "install", "--quiet", requirement])
+
+
+def vllm_install(matrix: Matrix, vllm: str) -> str:
+    """The command that installs the vLLM a step runs on (a release, or the nightly wheel), through the harness's
+    one installer (``spec_decode_ci.install_vllm``), so it runs after the harness is installed."""
+    args = ["python", "-m", "spec_decode_ci.install_vllm", vllm]
+    if vllm == VLLM_NIGHTLY:
+        args += ["--index-url", matrix.vllm_nightly_index]
+    return shlex.join(args)
 
 
 def buildkite_key_problem(key: str) -> str | None:
@@ -143,10 +156,10 @@ def suite_step(matrix: Matrix, suite: Suite, device: Device, vllm: str | None = 
     machine = ((DEVICE_ENV, device.name), (CAPABILITIES_ENV, ",".join(device.capabilities)))
     fields.append(("env", (*machine, *suite.env)))
     install = []
-    if vllm:
-        install.append(pip_install(f"vllm=={vllm}"))
     if matrix.harness_requirement:
         install.append(pip_install(matrix.harness_requirement))
+    if vllm:
+        install.append(vllm_install(matrix, vllm))
     fields.append(("commands", (*install, upload_after(run, junit_path))))
     return Step(key, fields[0][1], device, tuple(fields), suite, junit_path, run, vllm)
 

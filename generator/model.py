@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from spec_decode_ci.generator.load import Document, join
+from spec_decode_ci.generator.routing import NEEDS, image_for
 
 SCHEDULES = ("nightly", "every_change")
 PIPELINES = ("test-area", "buildkite")
@@ -85,6 +86,7 @@ class Suite:
     env: tuple[tuple[str, str], ...]
     pipelines: tuple[str, ...]  # which outputs carry it: the test area, the native pipeline, or both
     vllm: tuple[str, ...]  # released vLLMs to install first, a step each (compatibility lane); (): the one present
+    needs: tuple[str, ...] = ()  # what the suite needs of the image its device runs in (routing.NEEDS)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Matrix:
     devices: dict[str, Device]
     steps: tuple[AreaStep, ...]
     suites: dict[str, Suite]
+    vllm_nightly_index: str | None = None  # the package index of vLLM's nightly wheels (suites with vllm: nightly)
 
     def devices_with(self, capability: str) -> tuple[str, ...]:
         """Devices offering ``capability``, in matrix order (for skip reasons)."""
@@ -403,6 +406,8 @@ def parse_matrix(doc: Document) -> Matrix:
     test_area.finish()
     harness = top.get("harness", section("the harness package"))
     requirement = harness.get("requirement", text) if harness else None
+    nightly_index = harness.get("vllm_nightly_index", patterned(URL_RE, "an https:// package index URL")) \
+        if harness else None
     if harness:
         harness.finish()
     buildkite = top.get("buildkite", section("native Buildkite settings"))
@@ -425,8 +430,12 @@ def parse_matrix(doc: Document) -> Matrix:
         raise doc.error("harness", "expected harness.requirement (the pinned package the suite steps install)")
     if not steps and not suites:
         raise doc.error("", "expected at least one entry under `steps` or `suites`")
+    nightly = [name for name, s in suites.items() if VLLM_NIGHTLY in s.vllm]
+    if nightly and not nightly_index:
+        raise doc.error("harness", f"expected harness.vllm_nightly_index (suite '{nightly[0]}' installs vLLM's "
+                                   f"nightly wheel)")
     top.finish()
-    return Matrix(group, depends_on, requirement, setup_commands, junit_dir, devices, steps, suites)
+    return Matrix(group, depends_on, requirement, setup_commands, junit_dir, devices, steps, suites, nightly_index)
 
 
 DEVICE_KEYS = ("test_area_device", "display_name", "emoji", "gpu_name", "memory_gib", "compute_capability",
@@ -454,22 +463,27 @@ def _parse_device(doc: Document, path: str, name: str) -> Device:
     )
 
 
-COMPAT_LANE = "compat_lane"
+COMPAT_LANE, VLLM_NIGHTLY = "compat_lane", "nightly"
+URL_RE = re.compile(r"^https://\S+$")
 
 
 def vllm_releases(doc: Document, path: str, value: Any) -> tuple[str, ...]:
-    """A release, a list of releases, or ``compat_lane``: every release ``spec_decode_ci.compat`` names."""
+    """A release, a list of releases, ``compat_lane`` (every release ``spec_decode_ci.compat`` names) or
+    ``nightly`` (vLLM's nightly wheel, from ``harness.vllm_nightly_index``)."""
     if value == COMPAT_LANE:
         from spec_decode_ci.compat import compat_lane_releases
 
         return compat_lane_releases()
-    release = patterned(VERSION_RE, f"a vLLM release such as '0.20.0', a list of them or '{COMPAT_LANE}'")
+    if value == VLLM_NIGHTLY:
+        return (VLLM_NIGHTLY,)
+    release = patterned(VERSION_RE, f"a vLLM release such as '0.20.0', a list of them, '{COMPAT_LANE}' or "
+                                    f"'{VLLM_NIGHTLY}'")
     return (release(doc, path, value),) if not isinstance(value, list) else text_list(release, non_empty=True)(
         doc, path, value)
 
 
 SUITE_KEYS = ("key", "label", "devices", "schedule", "optional", "soft_fail", "timeout_in_minutes", "num_devices",
-              "source_file_dependencies", "tests", "markers", "env", "pipelines", "vllm")
+              "source_file_dependencies", "tests", "markers", "env", "pipelines", "vllm", "needs")
 
 
 def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]) -> Suite:
@@ -493,11 +507,22 @@ def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]
         env=r.get("env", env_mapping, ()),
         pipelines=r.get("pipelines", text_list(one_of(PIPELINES), non_empty=True), PIPELINES),
         vllm=r.get("vllm", vllm_releases, ()),
+        needs=r.get("needs", text_list(one_of(NEEDS)), ()),
     )
     if suite.schedule == "nightly" and not suite.optional:
         raise doc.error(join(path, "optional"), "a nightly suite must be optional: true (ci-infra gates it)")
     for device_name in suite.devices:
         device = devices[device_name]
+        image = image_for(device.test_area_device)
+        lacking = [need for need in suite.needs if need not in image.provides]
+        if lacking:
+            fits = sorted((n for n, d in devices.items() if set(suite.needs) <= image_for(d.test_area_device).provides
+                           and d.display_name and d.emoji),  # the smallest agents first
+                          key=lambda n: (devices[n].gpus_per_agent or 0, devices[n].memory_gib or 1 << 20, n))
+            raise doc.error(join(path, "devices"),
+                            f"device '{device_name}' runs in {image.name}, which lacks {', '.join(lacking)} that "
+                            f"suite '{name}' needs; expected a device whose image has it"
+                            + (f" (e.g. {', '.join(fits[:3])})" if fits else ""))
         for needed in ("display_name", "emoji"):
             if getattr(device, needed) is None:
                 raise doc.error(join(path, "devices"),

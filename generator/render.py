@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spec_decode_ci.generator.expand import Step, pip_install
+from spec_decode_ci.generator.expand import Step, vllm_install
 from spec_decode_ci.generator.model import Matrix
 
 FORMATS = {"test-area": "test_area.yaml.j2", "buildkite": "buildkite.yaml.j2"}
@@ -66,7 +66,7 @@ def test_area_data(matrix: Matrix, steps: list[Step]) -> dict[str, Any]:
 def native_commands(matrix: Matrix, step: Step) -> list[str]:
     commands = list(matrix.setup_commands)
     if step.vllm:
-        commands.append(pip_install(f"vllm=={step.vllm}"))
+        commands.append(vllm_install(matrix, step.vllm))
     return [*commands, step.run_command]
 
 

@@ -142,16 +142,17 @@ def test_nightly_drops_gates(cli, how):
     assert result.code == 0 and "block:" not in result.out and "spec-decode-eagle-harness-nightly-b200" in result.out
     gated = cli("--matrix", matrix, "--format", "buildkite")
     listed = _listed(cli("--matrix", matrix, "--format", "buildkite", "--list").out)
-    optional_steps = [row for row in listed if row[3] == "yes"]
+    optional_steps = [row for row in listed if row[4] == "yes"]
     assert len(optional_steps) >= 3 and gated.out.count("  - block:") == len(optional_steps)
 
 
 def test_list_shows_device_string_routed_queue_and_commands(cli):
     result = cli("--matrix", str(REPO_ROOT / "hardware_matrix.yaml"), "--list")
     lines = result.out.splitlines()
-    assert lines[0].split() == ["KEY", "DEVICE", "QUEUE", "OPTIONAL", "TIMEOUT", "LABEL"]
+    assert lines[0].split() == ["KEY", "DEVICE", "QUEUE", "IMAGE", "OPTIONAL", "TIMEOUT", "LABEL"]
     rows = {row[0]: row for row in _listed(result.out)}
-    assert rows["spec-decode-eagle-harness-nightly-b200"][1:5] == ["b200-k8s", "b200-k8s", "yes", "30m"]
+    assert rows["spec-decode-eagle-harness-nightly-b200"][1:6] == ["b200-k8s", "b200-k8s", "image-build", "yes", "30m"]
+    assert rows["spec-decode-build-path-harness-h200-18gb"][1:5] == ["h200_18gb", "h200_18gb", "image-build", "no"]
     assert rows["spec-decode-tiny-smoke-harness-nightly-h200"][1:3] == ["h200", "H200"]
     assert rows["speculators-correctness"][1:3] == ["h100", "mithril-h100-pool"]
     after = lines[lines.index(next(l for l in lines if l.startswith("spec-decode-eagle-harness-nightly-b200"))) + 2]

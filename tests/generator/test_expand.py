@@ -37,21 +37,29 @@ def test_vllm_steps_keep_matrix_order_and_suite_steps_are_sorted_by_label(repo_m
     assert all(s.suite is None for s in steps[: len(steps) - len(suite_labels)])
 
 
-def test_compat_lane_is_a_cpu_step_per_release_compat_names(repo_matrix_text):
+def test_compat_lane_is_a_step_per_release_compat_names(repo_matrix_text):
     """`vllm: compat_lane` gives one native-pipeline step per release of spec_decode_ci.compat, each installing
     that release before the tier runs; the test-area file (vLLM's CI, its own vLLM) carries none of them."""
     from spec_decode_ci.compat import NEWEST, OLDEST, compat_lane_releases
 
     doc = parse_text(repo_matrix_text, "hardware_matrix.yaml")
     native = expand(parse_matrix(doc), doc.error, pipeline="buildkite")
-    lane = {s.vllm: s for s in native if s.vllm}
+    lane = {s.vllm: s for s in native if s.vllm and s.vllm != "nightly"}
     assert tuple(sorted(lane, key=lambda r: tuple(map(int, r.split("."))))) == compat_lane_releases()
     assert {OLDEST, NEWEST} <= set(lane)
     for release, step in lane.items():
-        assert step.key == f"spec-decode-build-path-harness-vllm-{release.replace('.', '-')}-cpu"
-        assert step.label.endswith(f"on vLLM {release}") and step.device.name == "cpu"
-        assert step.commands[0] == f"python -m pip install --quiet vllm=={release}"
+        assert step.key == f"spec-decode-build-path-harness-vllm-{release.replace('.', '-')}-h200-18gb"
+        assert step.label.endswith(f"on vLLM {release}") and step.device.name == "h200_18gb"
+        assert step.commands[1] == f"python -m spec_decode_ci.install_vllm {release}"
     assert not any(s.vllm for s in expand(parse_matrix(doc), doc.error))
+
+
+def test_vllm_main_runs_nightly_from_the_nightly_wheel_without_gating(repo_matrix_text):
+    doc = parse_text(repo_matrix_text, "hardware_matrix.yaml")
+    (step,) = [s for s in expand(parse_matrix(doc), doc.error, pipeline="buildkite") if s.vllm == "nightly"]
+    assert step.optional and step.get("soft_fail") and step.suite.schedule == "nightly"
+    assert step.commands[1] == "python -m spec_decode_ci.install_vllm nightly --index-url https://wheels.vllm.ai/nightly"
+    assert "nightly" in step.key and "vLLM main" in step.label
 
 
 def test_a_list_of_releases_gives_a_step_each(tricky_matrix):

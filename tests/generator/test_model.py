@@ -27,7 +27,7 @@ def test_repo_matrix_parses(repo_matrix_text):
     for name in ("eagle", "speculators_mtp", "draft_model"):
         suite = matrix.suites[name]
         assert (suite.devices, suite.schedule, suite.optional) == (("b200",), "nightly", True)
-    assert matrix.suites["build_path"].devices == ("cpu",) and matrix.suites["build_path_b200"].optional
+    assert matrix.suites["build_path"].devices == ("h200_18gb",) and matrix.suites["build_path_b200"].optional
     assert len(matrix.steps) == 18 and all(s.get("mirror") for s in matrix.steps)  # vLLM's own steps
 
 
@@ -43,7 +43,9 @@ MUTATIONS = [
     ("    devices: [cpu, b200]\n", "    devices: [cpu, cpu]\n", "duplicate entry 'cpu'", "devices: [cpu, cpu]"),
     ("    schedule: every_change\n", "    schedule: weekly\n", "expected one of nightly, every_change", "weekly"),
     ("    schedule: every_change\n", "    schedule: every_change\n    vllm: latest\n",
-     "expected a vLLM release such as '0.20.0', a list of them or 'compat_lane'", "vllm: latest"),
+     "expected a vLLM release such as '0.20.0', a list of them, 'compat_lane' or 'nightly'", "vllm: latest"),
+    ("    schedule: every_change\n", "    schedule: every_change\n    needs: [tpu]\n",
+     "expected one of cuda, flashinfer, rocm, got 'tpu'", "needs: [tpu]"),
     ("    schedule: every_change\n", "    schedule: every_change\n    nightly: true\n",
      "unknown key 'nightly' in suite 'quoting' (expected one of:", "nightly: true"),
     ("    gpus_per_agent: 0\n", "    gpus_per_agent: 0\n    num_gpus: 1\n", "unknown key 'num_gpus'", "num_gpus"),
@@ -125,3 +127,23 @@ def test_misspelt_required_key_names_the_misspelling_not_the_missing_key(tricky_
         parse(bad)
     assert "unknown key 'lable' in suite 'nightly' (did you mean 'label'?)" in str(info.value)
     assert info.value.line == line_of(bad, "lable")
+
+
+def test_build_path_suite_on_a_cpu_device_is_located(repo_matrix_text):
+    """ci-infra runs cpu steps in vLLM's CPU image, which has no FlashInfer: the build-path suite cannot run there."""
+    old = "    devices: [h200_18gb]\n    schedule: every_change\n    timeout_in_minutes: 20\n"
+    assert old in repo_matrix_text
+    bad = repo_matrix_text.replace(old, old.replace("h200_18gb", "cpu"), 1)
+    with pytest.raises(InputError) as info:
+        parse(bad)
+    message = str(info.value)
+    assert "suites.build_path.devices" in message and "device 'cpu' runs in vLLM's CPU image" in message
+    assert "lacks cuda, flashinfer that suite 'build_path' needs" in message
+    assert "(e.g. h200_18gb," in message
+    assert info.value.line == line_of(bad, "    devices: [cpu]\n    schedule: every_change\n    timeout_in_minutes: 20")
+
+
+def test_nightly_wheel_needs_its_index(repo_matrix_text):
+    bad = repo_matrix_text.replace("  vllm_nightly_index: https://wheels.vllm.ai/nightly\n", "")
+    with pytest.raises(InputError, match="expected harness.vllm_nightly_index \\(suite 'build_path_vllm_main'"):
+        parse(bad)

@@ -142,8 +142,9 @@ def test_test_area_shape(repo_matrix_text):
     assert "--pyargs spec_decode_ci.suites.e2e.test_eagle" in eagle["commands"][1]
     assert "buildkite-agent artifact upload junit/spec-decode-eagle-harness-nightly-b200.xml" in eagle["commands"][1]
     assert eagle["mount_buildkite_agent"] is True and eagle["env"]["SPEC_DECODE_CI_DEVICE"] == "b200"
-    cpu = next(s for s in data["steps"] if s["key"] == "spec-decode-build-path-harness-cpu")
-    assert cpu["depends_on"] == ["image-build-cpu"] and "optional" not in cpu
+    per_change = next(s for s in data["steps"] if s["key"] == "spec-decode-build-path-harness-h200-18gb")
+    assert per_change["device"] == "h200_18gb" and "optional" not in per_change
+    assert "depends_on" not in per_change  # the area's image-build: vLLM's CUDA image
     b200 = next(s for s in data["steps"] if s["key"] == "spec-decode-build-path-harness-nightly-b200")
     assert b200["optional"] is True  # B200 minutes only nightly or on request
 
