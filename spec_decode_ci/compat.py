@@ -157,10 +157,12 @@ def trtllm_availability_per_phase() -> bool:
     return "is_prefill" in inspect.signature(check).parameters
 
 
+TRTLLM_DECODE_CLASSES = ("FlashInferTrtllmAPIDecode", "TRTLLMDecode")  # newest first
+
+
 @difference("0.25.0", "TRTLLM decode metadata class FlashInferTrtllmAPIDecode (was TRTLLMDecode)")
 def trtllm_decode_metadata_class(module) -> str:
-    names = ("FlashInferTrtllmAPIDecode", "TRTLLMDecode")
-    return require(module, *names, what="TRTLLM decode metadata class").__name__
+    return require(module, *TRTLLM_DECODE_CLASSES, what="TRTLLM decode metadata class").__name__
 
 
 @difference("0.28.0", "TRTLLM decode metadata carries q_len_per_req (uniform spec-decode query length)")
@@ -395,11 +397,6 @@ def dcp_local_seq_lens_fields(device_lens, host_lens) -> dict[str, Any]:
 
 
 # --- Metadata and configuration -------------------------------------------------------------------------------
-
-COMMON_METADATA_FIELDS = ("query_start_loc", "query_start_loc_cpu", "seq_lens", "seq_lens_cpu_upper_bound",
-                          "num_reqs", "num_actual_tokens", "max_query_len", "max_seq_len", "block_table_tensor",
-                          "slot_mapping", "causal")
-
 
 @probe
 def common_attn_metadata(**fields: Any):

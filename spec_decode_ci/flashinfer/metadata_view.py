@@ -59,7 +59,7 @@ def snapshot(result: BuildResult, batch: Batch) -> dict[str, Any]:
                             "prefill": type(m.prefill).__name__, "decode": type(m.decode).__name__}
     if view["prefill"] == "TRTLLMPrefill":
         view["trtllm_prefill"] = trtllm_prefill(result, batch)
-    if view["decode"] in ("FlashInferTrtllmAPIDecode", "TRTLLMDecode"):
+    if view["decode"] in compat.TRTLLM_DECODE_CLASSES:
         view["trtllm_decode"] = trtllm_decode(result, batch)
         view["q_len_per_req"] = compat.decode_query_len_per_request(m.decode)
     view["plans"] = [(c.wrapper, planned_paged_kv(c)) for c in result.plans]

@@ -52,3 +52,13 @@ def test_renamed_metadata_field_ends_every_batch_test_in_missing_vllm_field():
     code, output = run_changed({RENAME_ENV: "vllm.v1.attention.backend:seq_lens_cpu_upper_bound:seq_lens_host_bound"},
                                "test_guard_truth_table")
     assert_harness_breakage(code, output, "seq_lens_cpu_upper_bound")
+
+
+def test_without_flashinfer_the_run_ends_at_collection_in_one_line():
+    """vLLM's CPU image has no FlashInfer: the run stops before any test, naming the module and the image the
+    suites expect (no ImportError per test, no green run of skips)."""
+    code, output = run_changed({HIDE_ENV: "flashinfer"}, "test_guard_truth_table", "test_sentinel_corpus")
+    assert code == 4, output[-3000:]
+    lines = [line for line in output.splitlines() if "FlashInfer backend" in line]
+    assert len(lines) == 1 and "No module named 'flashinfer'" in lines[0] and "CUDA image" in lines[0], output[-3000:]
+    assert " passed" not in output and "ImportError" not in output, output[-3000:]

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""What a harness step's pytest command costs: wall time, GPU memory peak (sampled with nvidia-smi where a GPU
+is present) and the run's outcome, once per pytest-xdist setting, so that with and without ``-n`` can be compared.
+
+    python bench/tier_cost.py                                   # the per-change step's tier, serial and -n auto
+    python bench/tier_cost.py --workers 0 2 4 --markers selfcheck
+    python bench/tier_cost.py --workers 0 2 --whole-suite       # README's test command (from the checkout)
+
+Run it from outside the checkout for ``--pyargs`` to use the installed suites, as the CI step does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+STEP_MARKERS = "build_path or selfcheck or sentinel or e2e_offline"  # the per-change step's (hardware_matrix.yaml)
+
+
+class GpuMemoryPeak(threading.Thread):
+    """The most GPU memory in use on any GPU while it runs, sampled every ``interval`` seconds (MiB)."""
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.interval, self.peak, self.running = interval, None, True
+        self.available = shutil.which("nvidia-smi") is not None
+
+    def run(self) -> None:
+        while self.available and self.running:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True).stdout
+            used = [int(v) for v in re.findall(r"\d+", out)]
+            if used:
+                self.peak = max(self.peak or 0, *used)
+            time.sleep(self.interval)
+
+
+def measure(command: list[str]) -> tuple[float, int | None, int, str]:
+    sampler = GpuMemoryPeak()
+    sampler.start()
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    sampler.running = False
+    sampler.join()
+    tail = [line for line in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    return wall, sampler.peak, proc.returncode, tail[-1] if tail else proc.stdout[-300:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", nargs="+", default=["0", "auto"], help="pytest-xdist -n values (0: no xdist)")
+    parser.add_argument("--markers", default=STEP_MARKERS)
+    parser.add_argument("--whole-suite", action="store_true", help="README's test command instead of the step's")
+    args = parser.parse_args()
+    print(f"{'-n':>6}  {'wall s':>8}  {'GPU MiB peak':>12}  exit  outcome", flush=True)
+    for workers in args.workers:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        if not args.whole_suite:
+            command += ["-p", "spec_decode_ci.pytest_plugin", "-m", args.markers, "--pyargs", "spec_decode_ci.suites"]
+        if workers != "0":
+            command += ["-n", workers]
+        wall, peak, code, outcome = measure(command)
+        print(f"{workers:>6}  {wall:8.1f}  {peak if peak is not None else 'n/a':>12}  {code:>4}  {outcome}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
