@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 STEP_MARKERS = "build_path or selfcheck or sentinel or e2e_offline"  # the per-change step's (hardware_matrix.yaml)
 
@@ -40,7 +41,7 @@ class GpuMemoryPeak(threading.Thread):
             time.sleep(self.interval)
 
 
-def measure(command: list[str]) -> tuple[float, int | None, int, str]:
+def measure(command: list[str], log: Path | None = None) -> tuple[float, int | None, int, str]:
     sampler = GpuMemoryPeak()
     sampler.start()
     start = time.perf_counter()
@@ -48,6 +49,8 @@ def measure(command: list[str]) -> tuple[float, int | None, int, str]:
     wall = time.perf_counter() - start
     sampler.running = False
     sampler.join()
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
     tail = [line for line in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
     return wall, sampler.peak, proc.returncode, tail[-1] if tail else proc.stdout[-300:]
 
@@ -57,15 +60,16 @@ def main() -> int:
     parser.add_argument("--workers", nargs="+", default=["0", "auto"], help="pytest-xdist -n values (0: no xdist)")
     parser.add_argument("--markers", default=STEP_MARKERS)
     parser.add_argument("--whole-suite", action="store_true", help="README's test command instead of the step's")
+    parser.add_argument("--log-dir", type=Path, help="keep each run's output there (n<workers>.log)")
     args = parser.parse_args()
     print(f"{'-n':>6}  {'wall s':>8}  {'GPU MiB peak':>12}  exit  outcome", flush=True)
     for workers in args.workers:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        command = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
         if not args.whole_suite:
             command += ["-p", "spec_decode_ci.pytest_plugin", "-m", args.markers, "--pyargs", "spec_decode_ci.suites"]
         if workers != "0":
             command += ["-n", workers]
-        wall, peak, code, outcome = measure(command)
+        wall, peak, code, outcome = measure(command, args.log_dir / f"n{workers}.log" if args.log_dir else None)
         print(f"{workers:>6}  {wall:8.1f}  {peak if peak is not None else 'n/a':>12}  {code:>4}  {outcome}", flush=True)
     return 0
 

@@ -84,9 +84,29 @@ def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | 
             continue
         if not cls.supports_compute_capability(DeviceCapability(*gpu.capability)):
             found.append((name, f"not supported on sm{gpu.capability[0]}{gpu.capability[1]}"))
-        else:
-            found.append((name, None))
+            continue
+        found.append((name, _kernels_missing_here(cls, gpu)))
     return found
+
+
+def _kernels_missing_here(cls: type, gpu: EmulatedGpu) -> str | None:
+    """On a GPU the backend's real kernels run: why the backend says they cannot on this install (a compiled
+    extension it needs is absent), else None. On a CPU the harness stands in for them."""
+    import inspect
+
+    from vllm.platforms.interface import DeviceCapability
+
+    check = getattr(cls, "supports_combination", None)
+    if not torch.cuda.is_available() or check is None:
+        return None
+    values = dict(head_size=576, dtype=torch.bfloat16, kv_cache_dtype=None, block_size=64, use_mla=True,
+                  has_sink=False, use_sparse=False, use_mm_prefix=False,
+                  device_capability=DeviceCapability(*gpu.capability))
+    params = inspect.signature(check).parameters
+    if not set(params) <= set(values):
+        return None
+    reason = check(**{k: values[k] for k in params})
+    return f"vLLM says its kernels cannot run on this install: {reason}" if reason else None
 
 
 def kv_cache_dtype_of(options: MlaOptions) -> str:
