@@ -89,6 +89,8 @@ def pytest_command(suite: Suite, junit_path: str) -> str:
     args = ["python", "-m", "pytest", "-p", PLUGIN, "-v", "-rs"]
     if suite.markers:
         args += ["-m", suite.markers]
+    if suite.workers > 1:
+        args += ["-n", str(suite.workers)]
     args += ["--pyargs", *suite.tests, f"--junitxml={junit_path}"]
     return shlex.join(args)
 

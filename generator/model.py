@@ -87,6 +87,7 @@ class Suite:
     pipelines: tuple[str, ...]  # which outputs carry it: the test area, the native pipeline, or both
     vllm: tuple[str, ...]  # released vLLMs to install first, a step each (compatibility lane); (): the one present
     needs: tuple[str, ...] = ()  # what the suite needs of the image its device runs in (routing.NEEDS)
+    workers: int = 1  # pytest-xdist processes on the agent (-n); 1: none
 
 
 @dataclass(frozen=True)
@@ -483,7 +484,7 @@ def vllm_releases(doc: Document, path: str, value: Any) -> tuple[str, ...]:
 
 
 SUITE_KEYS = ("key", "label", "devices", "schedule", "optional", "soft_fail", "timeout_in_minutes", "num_devices",
-              "source_file_dependencies", "tests", "markers", "env", "pipelines", "vllm", "needs")
+              "source_file_dependencies", "tests", "markers", "env", "pipelines", "vllm", "needs", "workers")
 
 
 def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]) -> Suite:
@@ -508,6 +509,7 @@ def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]
         pipelines=r.get("pipelines", text_list(one_of(PIPELINES), non_empty=True), PIPELINES),
         vllm=r.get("vllm", vllm_releases, ()),
         needs=r.get("needs", text_list(one_of(NEEDS)), ()),
+        workers=r.get("workers", integer(1, 64), 1),
     )
     if suite.schedule == "nightly" and not suite.optional:
         raise doc.error(join(path, "optional"), "a nightly suite must be optional: true (ci-infra gates it)")

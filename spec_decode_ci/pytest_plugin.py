@@ -36,10 +36,32 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not has_vllm and VLLM_MARKERS & {m.name for m in item.iter_markers()}:
             item.add_marker(pytest.mark.skip(reason="vLLM is not installed (pip install 'spec-decode-ci[build-path]')"))
-    if has_vllm and any(FLASHINFER_MARKERS & {m.name for m in item.iter_markers()} for item in items):
-        problem = flashinfer_backend_problem()
-        if problem:
-            pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+    if (has_vllm and not hasattr(config, "workerinput")  # an xdist worker: its controller checked already
+            and any(FLASHINFER_MARKERS & {m.name for m in item.iter_markers()} for item in items)):
+        _exit_without_flashinfer()
+
+
+def pytest_sessionstart(session):
+    """Under pytest-xdist the controller collects nothing: it checks before starting workers, for runs whose
+    marker expression can select FlashInfer tests."""
+    config = session.config
+    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        return
+    if importlib.util.find_spec("vllm") is None:
+        return
+    markexpr = config.getoption("markexpr", "")
+    if markexpr:
+        from _pytest.mark.expression import Expression
+
+        if not any(Expression.compile(markexpr).evaluate(lambda name, m=m: name == m) for m in FLASHINFER_MARKERS):
+            return
+    _exit_without_flashinfer()
+
+
+def _exit_without_flashinfer() -> None:
+    problem = flashinfer_backend_problem()
+    if problem:
+        pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def flashinfer_backend_problem() -> str | None:

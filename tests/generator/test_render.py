@@ -138,7 +138,7 @@ def test_test_area_shape(repo_matrix_text):
     eagle = next(s for s in data["steps"] if s["key"] == "spec-decode-eagle-harness-nightly-b200")
     assert eagle["label"] == ":nvidia: (B200) Spec Decode Harness Eagle Nightly"
     assert eagle["device"] == "b200-k8s" and eagle["optional"] is True and "working_dir" not in eagle
-    assert eagle["commands"][0] == "python -m pip install --quiet spec-decode-ci==0.2.0"
+    assert eagle["commands"][0] == "python -m pip install --quiet 'spec-decode-ci[suites]==0.2.0'"
     assert "--pyargs spec_decode_ci.suites.e2e.test_eagle" in eagle["commands"][1]
     assert "buildkite-agent artifact upload junit/spec-decode-eagle-harness-nightly-b200.xml" in eagle["commands"][1]
     assert eagle["mount_buildkite_agent"] is True and eagle["env"]["SPEC_DECODE_CI_DEVICE"] == "b200"

@@ -31,7 +31,7 @@ def test_harness_steps_are_extra_and_run_in_vllms_image():
             "spec-decode-draft-model-harness-nightly-b200", "spec-decode-build-path-harness-h200-18gb"} <= set(ours_only)
     for step in ours_only.values():
         assert step["working_dir"] == "/vllm-workspace/tests"  # ci-infra's default: no `cd` into a missing dir
-        assert step["commands"][0].startswith("python -m pip install --quiet spec-decode-ci==")
+        assert step["commands"][0].startswith("python -m pip install --quiet 'spec-decode-ci[suites]==")
         assert "buildkite-agent artifact upload" in step["commands"][-1] and step["mount_buildkite_agent"]
         # vLLM's CPU image has no FlashInfer: every harness step runs in the CUDA image
         assert "image-build-cpu" not in step["depends_on"] and step["queue"] not in {

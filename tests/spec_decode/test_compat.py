@@ -124,3 +124,38 @@ def test_mla_context_chunks_read_both_layouts():
     assert compat.mla_context_chunks(types.SimpleNamespace(chunks=[chunk])) == [[(1, 0, 10), (2, 64, 20)]]
     with pytest.raises(compat.MissingVllmField, match="starts"):
         compat.mla_context_chunks(types.SimpleNamespace(cu_seq_lens=torch.tensor([[0]])))
+
+
+def test_a_lookup_failing_inside_compat_is_a_missing_vllm_field_naming_it():
+    """An attribute a probe reads that vLLM no longer has becomes MissingVllmField (module, field, last release),
+    never an AttributeError."""
+    class Metadata:  # a vLLM metadata object whose `decode` was renamed
+        __module__ = "vllm.v1.attention.backends.flashinfer"
+        num_decodes = 1
+
+    with pytest.raises(compat.MissingVllmField) as info:
+        compat.decode_query_ranges(Metadata())
+    assert (info.value.field, info.value.last_found) == ("decode", compat.NEWEST)
+    assert "Metadata has no decode" in str(info.value) and "update spec_decode_ci.compat" in str(info.value)
+
+
+def test_an_error_raised_inside_vllm_is_not_relabelled():
+    """Only lookups compat itself makes are the harness's breakage: an exception raised by vLLM's own code (here
+    a property of its metadata) passes as it is."""
+    @dataclasses.dataclass
+    class Decode:
+        @property
+        def q_cu_seq_lens(self):
+            raise KeyError("a bug inside vLLM")
+
+    with pytest.raises(KeyError, match="a bug inside vLLM"):
+        compat.decode_query_ranges(types.SimpleNamespace(decode=Decode(), num_decodes=1, num_decode_tokens=4))
+
+
+def test_padding_rules_missing_for_a_runner_name_the_last_release_that_had_them(monkeypatch):
+    monkeypatch.setattr(compat, "module_exists", lambda name: False)
+    compat.cudagraph_padding.__wrapped__.cache_clear()
+    with pytest.raises(compat.MissingVllmField) as info:
+        compat.cudagraph_padding(compat.V1_RUNNER)
+    compat.cudagraph_padding.__wrapped__.cache_clear()
+    assert info.value.last_found == "0.33.0" and "gpu_model_runner" in str(info.value)

@@ -16,8 +16,8 @@ from spec_decode_ci.suites.vllm_changes import HIDE_ENV, RENAME_ENV
 pytestmark = pytest.mark.build_path
 
 
-def run_changed(env: dict[str, str], *modules: str) -> tuple[int, str]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:warnings",
+def run_changed(env: dict[str, str], *modules: str, workers: int = 0) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", *(["-n", str(workers)] if workers else []), "-p", "no:cacheprovider", "-p", "no:warnings",
                            "-p", "spec_decode_ci.suites.vllm_changes", "-p", "spec_decode_ci.pytest_plugin",
                            "-m", "build_path", "--pyargs", *(f"spec_decode_ci.suites.{m}" for m in modules)],
                           env={**os.environ, **env}, capture_output=True, text=True)
@@ -62,3 +62,10 @@ def test_without_flashinfer_the_run_ends_at_collection_in_one_line():
     lines = [line for line in output.splitlines() if "FlashInfer backend" in line]
     assert len(lines) == 1 and "No module named 'flashinfer'" in lines[0] and "CUDA image" in lines[0], output[-3000:]
     assert " passed" not in output and "ImportError" not in output, output[-3000:]
+
+
+def test_without_flashinfer_an_xdist_run_ends_before_its_workers_start():
+    """Under pytest-xdist the controller checks first (workers would otherwise crash one by one)."""
+    code, output = run_changed({HIDE_ENV: "flashinfer"}, "test_guard_truth_table", workers=2)
+    assert code == 4 and "INTERNALERROR" not in output, output[-3000:]
+    assert "No module named 'flashinfer'" in output and "CUDA image" in output and " passed" not in output
