@@ -109,8 +109,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             missing[what] = missing.get(what, 0) + 1
     if missing:
         found = "; ".join(f"{what}: {n} test{'s' if n > 1 else ''}" for what, n in missing.items())
-        terminalreporter.write_line(f"the harness cannot drive this vLLM: {found}. Update spec_decode_ci.compat "
-                                    f"(these are not findings about vLLM)", red=True, bold=True)
+        terminalreporter.write_line(f"the harness cannot drive this vLLM: {found}. Update the harness "
+                                    f"(spec_decode_ci.compat, or the patches its self-checks apply); these are not "
+                                    f"findings about vLLM", red=True, bold=True)
 
 
 def pytest_generate_tests(metafunc):

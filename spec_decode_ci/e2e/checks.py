@@ -123,20 +123,6 @@ def check_attention_backends(runs: CaseRuns, case: Case, record_property) -> Non
     assert not elsewhere, f"layers not on {wanted}: {elsewhere}"
 
 
-E2E_SUITE_PACKAGE = "spec_decode_ci.suites.e2e"
-
-
-def e2e_suites() -> tuple[str, ...]:
-    """The e2e suites: the ``suite`` of every ``SuiteTests`` subclass in the suites' e2e package."""
-    import importlib
-    import pkgutil
-
-    package = importlib.import_module(E2E_SUITE_PACKAGE)
-    for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
-        importlib.import_module(module.name)
-    return tuple(dict.fromkeys(cls.suite for cls in SuiteTests.__subclasses__()))
-
-
 class SuiteTests:
     """The e2e tests of one suite; a module subclasses it with ``suite = "<name>"`` and gets one test per
     check and case (``case`` is parametrized from spec_decode_ci/e2e/cases.yaml, ``runs`` built, by the pytest plugin)."""

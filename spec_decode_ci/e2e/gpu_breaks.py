@@ -15,6 +15,8 @@ import re
 import sys
 from dataclasses import dataclass
 
+from spec_decode_ci.compat import NEWEST, MissingVllmField
+
 ENV = "SPEC_DECODE_CI_GPU_BREAK"
 MARKER = "__spec_decode_ci_break__"
 
@@ -28,6 +30,7 @@ class GpuBreak:
     replacement: str
     suite_module: str  # the e2e test module (spec_decode_ci.suites.e2e) whose checks must go red
     must_fail: tuple[str, ...]  # test ids (function[case]) that must be red
+    last_found: str = NEWEST  # the newest release whose code the break was seen to edit
 
 
 BREAKS = {b.name: b for b in [
@@ -36,13 +39,13 @@ BREAKS = {b.name: b for b in [
              "vllm.v1.sample.rejection_sampler",
              r"target_argmax = target_logits\.argmax\(dim=-1\)",
              "target_argmax = draft_token_ids.to(target_logits.device)",
-             "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",)),
+             "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",), last_found="0.33.0"),
     GpuBreak("eagle_hidden_states_shifted",
              "the drafter reads the target's hidden states one position late",
              "vllm.v1.spec_decode.llm_base_proposer",
              r"self\.hidden_states\[:num_tokens\] = target_hidden_states",
              "self.hidden_states[:num_tokens] = torch.roll(target_hidden_states, 1, 0)",
-             "test_eagle", ("test_acceptance[tiny-llama-eagle3]",)),
+             "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), last_found="0.33.0"),
     GpuBreak("host_sync_in_build",
              "FlashInfer's build() reads the longest sequence back to the host (.item()) on every call",
              "vllm.v1.attention.backends.flashinfer",
@@ -65,20 +68,23 @@ BREAKS = {b.name: b for b in [
 ]}
 
 
-class BreakDoesNotApply(RuntimeError):
-    pass
+class BreakDoesNotApply(MissingVllmField):
+    """The code a break edits is gone from this vLLM: the GPU self-check's breakage, not a finding."""
 
 
 def patched_source(brk: GpuBreak) -> tuple[str, str]:
     """(the installed module's file, its source with the break applied)."""
     spec = importlib.util.find_spec(brk.module)
     if spec is None or spec.origin is None:
-        raise BreakDoesNotApply(f"break {brk.name!r}: vLLM has no module {brk.module}")
+        parent, _, child = brk.module.rpartition(".")
+        raise BreakDoesNotApply(parent, child, f"break {brk.name!r}", brk.last_found,
+                                detail=f"break {brk.name!r}: vLLM has no module {brk.module}")
     source = open(spec.origin).read()
     patched, count = re.subn(brk.pattern, brk.replacement, source, count=1)
     if count != 1:
-        raise BreakDoesNotApply(f"break {brk.name!r} does not apply to {spec.origin}: the code it edits "
-                                f"(/{brk.pattern}/) is gone; update spec_decode_ci/e2e/gpu_breaks.py")
+        raise BreakDoesNotApply(brk.module, f"/{brk.pattern}/", f"break {brk.name!r}", brk.last_found,
+                                detail=f"break {brk.name!r} does not apply to {spec.origin}: the code it edits "
+                                       f"(/{brk.pattern}/) is gone; update spec_decode_ci/e2e/gpu_breaks.py")
     return spec.origin, patched
 
 
@@ -86,7 +92,7 @@ def install(name: str) -> None:
     """Registers the patched copy of the break's module; it must not have been imported yet."""
     brk = BREAKS[name]
     if brk.module in sys.modules:
-        raise BreakDoesNotApply(f"break {name!r}: {brk.module} is already imported; load this plugin first")
+        raise RuntimeError(f"break {name!r}: {brk.module} is already imported; load this plugin first")
     origin, patched = patched_source(brk)
     spec = importlib.util.find_spec(brk.module)
     module = importlib.util.module_from_spec(spec)

@@ -158,8 +158,8 @@ REGRESSIONS = {
 }
 
 
-class RegressionDoesNotApply(RuntimeError):
-    pass
+class RegressionDoesNotApply(compat.MissingVllmField):
+    """The code a regression edits is gone from this vLLM: the self-check's breakage, not a finding."""
 
 
 def _compiled_copy(original: types.ModuleType, source: str) -> types.ModuleType:
@@ -173,8 +173,9 @@ def _apply(regression: Regression, source: str, where: str) -> str:
     patched, count = re.subn(regression.pattern, regression.replacement, source, count=1)
     if count != 1:
         raise RegressionDoesNotApply(
-            f"regression {regression.name!r} does not apply to {where}: the code it edits "
-            f"(/{regression.pattern}/) is gone; update spec_decode_ci/flashinfer/regressions.py or spec_decode_ci/compat.py")
+            regression.target, f"/{regression.pattern}/", f"regression {regression.name!r}",
+            detail=f"regression {regression.name!r} does not apply to {where}: the code it edits is gone; "
+                   f"update spec_decode_ci/flashinfer/regressions.py")
     return patched
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from spec_decode_ci import compat
 from spec_decode_ci.e2e import cases, fake_hub
-from spec_decode_ci.e2e.checks import e2e_suites
+from . import e2e_suites
 from spec_decode_ci.emulation import emulated_platform
 
 pytestmark = pytest.mark.e2e_offline

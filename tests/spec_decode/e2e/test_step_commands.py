@@ -15,7 +15,9 @@ from spec_decode_ci.generator.load import read_document
 from spec_decode_ci.generator.model import parse_matrix
 from spec_decode_ci.capabilities import MATRIX_NAME, find_matrix
 from spec_decode_ci.e2e import cases
-from spec_decode_ci.e2e.checks import E2E_SUITE_PACKAGE, SuiteTests, e2e_suites
+from spec_decode_ci.e2e.checks import SuiteTests
+
+from . import E2E_SUITE_PACKAGE, e2e_suites
 
 pytestmark = pytest.mark.e2e_offline
 MATRIX = find_matrix()  # the checkout's matrix; absent where only the installed suites are (vLLM's CI image)
