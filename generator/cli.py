@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from spec_decode_ci.generator.errors import InputError
+from spec_decode_ci.generator.names import MATRIX_NAME
 
-MATRIX_NAME = "hardware_matrix.yaml"
 TEST_AREA_OUTPUT = Path(".buildkite") / "test_areas" / "spec_decode.yaml"
 EXIT_OK, EXIT_DRIFT, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -12,17 +12,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from spec_decode_ci.generator.errors import InputError
-from spec_decode_ci.generator.model import VLLM_NIGHTLY, AreaStep, Device, Matrix, Suite
+from spec_decode_ci.generator.model import BUILDKITE_KEY_RE, VLLM_NIGHTLY, AreaStep, Device, Matrix, Suite
+from spec_decode_ci.generator.names import CAPABILITIES_ENV, DEVICE_ENV
 from spec_decode_ci.generator.routing import Image, image_for, queue_for
 
-# Buildkite's pipeline schema: keys match this, are at most 100 characters and must not look like a UUID.
-BUILDKITE_KEY_RE = re.compile(r"^[a-zA-Z0-9_\-:${}.,]+$")
+# Buildkite's pipeline schema: keys match BUILDKITE_KEY_RE, are at most 100 characters and must not look like a UUID.
 BUILDKITE_KEY_MAX = 100
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 BLOCK_PREFIX = "block-"
 PLUGIN = "spec_decode_ci.pytest_plugin"
-# Which matrix device a suite step runs on and what it offers (read by spec_decode_ci.capabilities).
-DEVICE_ENV, CAPABILITIES_ENV = "SPEC_DECODE_CI_DEVICE", "SPEC_DECODE_CI_CAPABILITIES"
 
 Locate = Callable[[str, str], InputError]
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-DEVICE_ENV, CAPABILITIES_ENV, MATRIX_ENV = "SPEC_DECODE_CI_DEVICE", "SPEC_DECODE_CI_CAPABILITIES", "SPEC_DECODE_CI_MATRIX"
-MATRIX_NAME = "hardware_matrix.yaml"
+from spec_decode_ci.generator.names import CAPABILITIES_ENV, DEVICE_ENV, MATRIX_NAME
+
+MATRIX_ENV = "SPEC_DECODE_CI_MATRIX"
 MEMORY_TOLERANCE = 0.15  # a GPU reports somewhat less memory than its nominal size
 
 

@@ -209,22 +209,6 @@ def page_locking_switches(modules: Iterable[Any], available: bool = False) -> li
     return patches
 
 
-INDPTR_ZEROING = r"paged_kv_indptr_prefill_gpu\[(?::1|0)\] = 0"
-
-
-@difference("0.21.0", "the prefill indptr's element 0 is zeroed as a slice ([:1] = 0, no host scalar copy); "
-                      "0.20.x stores a Python int ([0] = 0)")
-def indptr_zeroing_pattern() -> str:
-    """The source text of the TRTLLM prefill's indptr zeroing, in either release's form (self-check)."""
-    return INDPTR_ZEROING
-
-
-@difference("0.32.0", "cascade attention no longer forces the host copy of seq_lens (guard without use_cascade)")
-def seq_lens_guard_pattern() -> str:
-    """The source text of the host-copy guard, with or without the cascade term (self-check)."""
-    return r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm"
-
-
 V1_RUNNER, V2_RUNNER = "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"
 
 
@@ -442,33 +426,6 @@ def vllm_sync_check_as_errors():
 
 # --- MLA builders ---------------------------------------------------------------------------------------------
 
-@probe
-def mla_backend_priorities(capability: tuple[int, int]) -> list[str]:
-    """The attention backends vLLM's CUDA platform tries, in order, for an MLA model on a GPU of ``capability``.
-
-    Read from ``vllm.platforms.cuda._get_backend_priorities``, compiled alone from its source: that module loads
-    the CUDA driver on import, so it cannot be imported where there is no GPU."""
-    import ast
-    import importlib.util
-
-    from vllm.platforms.interface import DeviceCapability
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-    spec = importlib.util.find_spec("vllm.platforms.cuda")
-    source = open(spec.origin).read()
-    found = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "_get_backend_priorities"]
-    if not found:
-        raise MissingVllmField("vllm.platforms.cuda", "_get_backend_priorities", "MLA backend priorities",
-                               detail=f"{spec.origin} has no _get_backend_priorities")
-    function = found[0]
-    function.decorator_list = []
-    namespace: dict[str, Any] = {"AttentionBackendEnum": AttentionBackendEnum, "DeviceCapability": DeviceCapability,
-                                 "CacheDType": str}
-    exec(compile(ast.Module([function], type_ignores=[]), spec.origin, "exec"), namespace)
-    # kv_cache_dtype None: a bf16 cache, the default, so no quantized-cache branch is taken.
-    return [b.name for b in namespace["_get_backend_priorities"](True, DeviceCapability(*capability))]
-
-
 @difference("0.21.0", "MLA prefill kernels are backend objects (get_mla_prefill_backend) that the builder takes "
                       "from the attention layer; 0.20.x picks FlashInfer, cuDNN or TRTLLM-ragged prefill itself")
 def mla_prefill_backend(vllm_config, num_heads: int, scale: float, dims: dict[str, int]) -> Any | None:
@@ -496,14 +453,3 @@ def mla_context_chunks(chunked_context) -> list[list[tuple[int, int, int]]]:
     bounds = require(chunked_context, "cu_seq_lens", what="MLA chunked context cu_seq_lens").tolist()
     return [[(i, row_starts[i], row_bounds[i + 1] - row_bounds[i]) for i in range(len(row_starts))]
             for row_starts, row_bounds in zip(starts, bounds)]
-
-
-@probe
-def init_workspace_manager(device) -> None:
-    """vLLM's per-process workspace manager, which the GPU runner sets up and MLA prefill backends draw from."""
-    try:
-        from vllm.v1.worker import workspace
-    except ImportError:
-        return
-    if not workspace.is_workspace_manager_initialized():
-        workspace.init_workspace_manager(device)

@@ -24,6 +24,12 @@ ENV = "SPEC_DECODE_CI_REGRESSION"
 FLASHINFER = "vllm.v1.attention.backends.flashinfer"
 MLA_COMMON = "vllm.model_executor.layers.attention.mla_attention"
 
+# The source text the regressions edit, in every form a supported release writes it:
+# the TRTLLM prefill's indptr zeroing, a slice since 0.21.0 ([:1] = 0), a Python int stored before ([0] = 0);
+INDPTR_ZEROING = r"paged_kv_indptr_prefill_gpu\[(?::1|0)\] = 0"
+# the host-copy guard, with the cascade term before 0.32.0 and without it since.
+SEQ_LENS_GUARD = r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm"
+
 
 def _needs_v1_padding() -> str | None:
     """Only model runner V1 replays a capped uniform decode graph with more tokens than requests x (1 + k)."""
@@ -57,14 +63,14 @@ REGRESSIONS = {
             "old_guard",
             "host copy of seq_lens skipped only for decode-only TRTLLM batches (is_only_trtllm_decode)",
             # is_only_trtllm_decode == (no prefills, some decodes, all TRTLLM), in any release's variable names
-            compat.seq_lens_guard_pattern(),
+            SEQ_LENS_GUARD,
             r"is_only_trtllm_decode = num_prefills == 0 and num_decodes > 0 and all_uses_trtllm" "\n"
             r"        needs_seq_lens_cpu = self.use_dcp\g<cascade> or not is_only_trtllm_decode",
         ),
         Regression(
             "stale_indptr",
             "TRTLLM prefill reads paged_kv_indptr.gpu without the on-device cumsum that refreshes it",
-            r"\n[ \t]*" + compat.indptr_zeroing_pattern() + r"\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
+            r"\n[ \t]*" + INDPTR_ZEROING + r"\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
             r"\s*dim=0,\s*out=paged_kv_indptr_prefill_gpu\[1:\],?\s*\)",
             "",
         ),

@@ -70,7 +70,7 @@ def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | 
     from vllm.triton_utils import HAS_TRITON
 
     found = []
-    for name in compat.mla_backend_priorities(gpu.capability):
+    for name in backend_priorities(gpu.capability):
         try:
             cls = backend_class(name, gpu)
         except ImportError as exc:
@@ -176,7 +176,7 @@ def make_builder(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL, backend_modu
     builder_cls = backend_class(options.backend, gpu).get_builder_cls()
     if backend_module is not None:
         builder_cls = getattr(backend_module, builder_cls.__name__)
-    compat.init_workspace_manager(device)
+    init_workspace_manager(device)
     with builder_context(config, gpu, backend_module, common_module):
         scale = 1.0 / math.sqrt(options.qk_nope_head_dim + options.qk_rope_head_dim)
         layer = AttentionLayerView(options.num_heads, None, **options.dims, prefill_backend=compat.mla_prefill_backend(
@@ -188,3 +188,40 @@ def make_builder(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL, backend_modu
                                 dtype=torch.bfloat16 if kv_dtype == "auto" else torch.uint8, cache_dtype_str=kv_dtype)
         return builder_cls(spec, [LAYER_NAME], config, device)
 
+
+@compat.probe
+def backend_priorities(capability: tuple[int, int]) -> list[str]:
+    """The attention backends vLLM's CUDA platform tries, in order, for an MLA model on a GPU of ``capability``.
+
+    Read from ``vllm.platforms.cuda._get_backend_priorities``, compiled alone from its source: that module loads
+    the CUDA driver on import, so it cannot be imported where there is no GPU."""
+    import ast
+    import importlib.util
+
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    spec = importlib.util.find_spec("vllm.platforms.cuda")
+    source = open(spec.origin).read()
+    found = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "_get_backend_priorities"]
+    if not found:
+        raise compat.MissingVllmField("vllm.platforms.cuda", "_get_backend_priorities", "MLA backend priorities",
+                               detail=f"{spec.origin} has no _get_backend_priorities")
+    function = found[0]
+    function.decorator_list = []
+    namespace: dict[str, Any] = {"AttentionBackendEnum": AttentionBackendEnum, "DeviceCapability": DeviceCapability,
+                                 "CacheDType": str}
+    exec(compile(ast.Module([function], type_ignores=[]), spec.origin, "exec"), namespace)
+    # kv_cache_dtype None: a bf16 cache, the default, so no quantized-cache branch is taken.
+    return [b.name for b in namespace["_get_backend_priorities"](True, DeviceCapability(*capability))]
+
+
+@compat.probe
+def init_workspace_manager(device) -> None:
+    """vLLM's per-process workspace manager, which the GPU runner sets up and MLA prefill backends draw from."""
+    try:
+        from vllm.v1.worker import workspace
+    except ImportError:
+        return
+    if not workspace.is_workspace_manager_initialized():
+        workspace.init_workspace_manager(device)

@@ -70,8 +70,10 @@ def test_every_probe_answers_on_this_vllm(harness_cache):
     with compat.vllm_sync_check_as_errors():
         pass
     source = Path(fi_backend.__file__).read_text()
-    assert len(re.findall(compat.indptr_zeroing_pattern(), source)) == 1
-    assert len(re.findall(compat.seq_lens_guard_pattern(), source)) == 1
+    from spec_decode_ci.flashinfer.regressions import INDPTR_ZEROING, SEQ_LENS_GUARD
+
+    assert len(re.findall(INDPTR_ZEROING, source)) == 1  # the self-check's patterns find their code
+    assert len(re.findall(SEQ_LENS_GUARD, source)) == 1
 
 
 @pytest.mark.build_path
@@ -94,7 +96,9 @@ def test_mla_priorities_come_from_vllms_platform_rule():
     names of registered backends and differ between the two GPUs."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    sm100, sm90 = compat.mla_backend_priorities((10, 0)), compat.mla_backend_priorities((9, 0))
+    from spec_decode_ci.mla.builder import backend_priorities
+
+    sm100, sm90 = backend_priorities((10, 0)), backend_priorities((9, 0))
     assert sm100 and sm90 and sm100 != sm90
     assert set(sm100) | set(sm90) <= {b.name for b in AttentionBackendEnum}
 
@@ -102,13 +106,15 @@ def test_mla_priorities_come_from_vllms_platform_rule():
 def test_mla_priorities_missing_rule_fails_by_name(tmp_path, monkeypatch):
     import importlib.util
 
+    from spec_decode_ci.mla.builder import backend_priorities
+
     renamed = tmp_path / "cuda.py"
     renamed.write_text("def _backend_priorities_v2(use_mla, device_capability):\n    return []\n")
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: types.SimpleNamespace(origin=str(renamed))
                         if name == "vllm.platforms.cuda" else real_find_spec(name, *a))
     with pytest.raises(compat.MissingVllmField, match="has no _get_backend_priorities"):
-        compat.mla_backend_priorities((10, 0))
+        backend_priorities((10, 0))
 
 
 def test_mla_context_chunks_read_both_layouts():
