@@ -85,13 +85,14 @@ def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | 
         if not cls.supports_compute_capability(DeviceCapability(*gpu.capability)):
             found.append((name, f"not supported on sm{gpu.capability[0]}{gpu.capability[1]}"))
             continue
-        found.append((name, _kernels_missing_here(cls, gpu)))
+        found.append((name, _kernels_missing_here(cls, MlaOptions(backend=name), gpu)))
     return found
 
 
-def _kernels_missing_here(cls: type, gpu: EmulatedGpu) -> str | None:
-    """On a GPU the backend's real kernels run: why the backend says they cannot on this install (a compiled
-    extension it needs is absent), else None. On a CPU the harness stands in for them."""
+def _kernels_missing_here(cls: type, options: MlaOptions, gpu: EmulatedGpu) -> str | None:
+    """On a GPU the backend's real kernels run: why vLLM says the backend cannot run on this install and the
+    emulated GPU (a compiled extension it needs is absent, a kernel family it lacks), else None. On a CPU the
+    harness stands in for its kernels. Asked as vLLM asks it: under the platform and a current config."""
     import inspect
 
     from vllm.platforms.interface import DeviceCapability
@@ -105,8 +106,9 @@ def _kernels_missing_here(cls: type, gpu: EmulatedGpu) -> str | None:
     params = inspect.signature(check).parameters
     if not set(params) <= set(values):
         return None
-    reason = check(**{k: values[k] for k in params})
-    return f"vLLM says its kernels cannot run on this install: {reason}" if reason else None
+    with builder_context(vllm_config(options, gpu), gpu):
+        reason = check(**{k: values[k] for k in params})
+    return f"vLLM says it cannot run here: {reason}" if reason else None
 
 
 def kv_cache_dtype_of(options: MlaOptions) -> str:
@@ -133,7 +135,8 @@ def _vllm_config(num_heads, num_spec_tokens, max_num_seqs, max_model_len, page_s
         model_dir = write_mla_target(Path(base) / "tiny-deepseek-mtp", max_model_len, heads=num_heads, **dict(dims))
         config = EngineArgs(model=str(model_dir), **kwargs).create_engine_config()
     if not config.model_config.use_mla:
-        raise compat.MissingVllmField("the tiny DeepSeek-V3 config did not give an MLA model config (use_mla)")
+        raise compat.MissingVllmField("vllm.config.ModelConfig", "use_mla",
+                                      "the tiny DeepSeek-V3 config did not give an MLA model config")
     return config
 
 
