@@ -18,19 +18,22 @@ import time
 
 from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, patched_source
 
-SUITES = "spec_decode_ci.suites.e2e"  # the installed suites (pip install ., or scripts/package_layout.sh)
 
 
-def run_suite(suite_module: str, brk: str | None) -> tuple[int, set[str], float, str]:
+def run_suite(suites: tuple[str, ...], brk: str | None) -> tuple[int, set[str], float, str]:
     env = {**os.environ, ENV: brk or ""}
     env.setdefault("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
                            "-p", "spec_decode_ci.e2e.gpu_breaks", "-p", "spec_decode_ci.pytest_plugin",
-                           "-m", "e2e", "--pyargs", f"{SUITES}.{suite_module}"],
+                           "-m", "e2e", "--pyargs", *suites],
                           env=env, capture_output=True, text=True)
     failed = set(re.findall(r"^FAILED \S*?::(?:\w+::)?(\S+)", proc.stdout, re.M))
     return proc.returncode, failed, time.perf_counter() - start, proc.stdout[-2500:]
+
+
+def short(suites: tuple[str, ...]) -> str:
+    return ",".join(s.rsplit(".", 1)[1] for s in suites)
 
 
 def main() -> int:
@@ -47,21 +50,21 @@ def main() -> int:
     ok = True
     print(f"{'break':30s} {'suite':24s} {'verdict':8s} {'wall':>6s}  red tests")
     if args.control:
-        for suite in dict.fromkeys(BREAKS[n].suite_module for n in names):
-            code, failed, wall, tail = run_suite(suite, None)
+        for suites in dict.fromkeys(BREAKS[n].suites for n in names):
+            code, failed, wall, tail = run_suite(suites, None)
             green = code == 0 and not failed
             ok &= green
-            print(f"{'(none: control)':30s} {suite:24s} {'green' if green else 'RED':8s} {wall:6.0f}  "
+            print(f"{'(none: control)':30s} {short(suites):24s} {'green' if green else 'RED':8s} {wall:6.0f}  "
                   f"{sorted(failed)}")
             if not green:
                 print(tail)
     for name in names:
         brk = BREAKS[name]
-        code, failed, wall, tail = run_suite(brk.suite_module, name)
+        code, failed, wall, tail = run_suite(brk.suites, name)
         missing = [t for t in brk.must_fail if t not in failed]
         caught = code != 0 and not missing
         ok &= caught
-        print(f"{name:30s} {brk.suite_module:24s} {'red' if caught else 'MISSED':8s} {wall:6.0f}  {sorted(failed)}")
+        print(f"{name:30s} {short(brk.suites):24s} {'red' if caught else 'MISSED':8s} {wall:6.0f}  {sorted(failed)}")
         if not caught:
             print(f"  expected red: {list(brk.must_fail)}\n{tail}")
     return 0 if ok else 1

@@ -70,7 +70,7 @@ def test_every_probe_answers_on_this_vllm(harness_cache):
     with compat.vllm_sync_check_as_errors():
         pass
     source = Path(fi_backend.__file__).read_text()
-    from spec_decode_ci.flashinfer.regressions import INDPTR_ZEROING, SEQ_LENS_GUARD
+    from spec_decode_ci.patches import INDPTR_ZEROING, SEQ_LENS_GUARD
 
     assert len(re.findall(INDPTR_ZEROING, source)) == 1  # the self-check's patterns find their code
     assert len(re.findall(SEQ_LENS_GUARD, source)) == 1

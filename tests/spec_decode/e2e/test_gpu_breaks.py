@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, BreakDoesNotApply, GpuBreak, patched_source
+from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, patched_source
+from spec_decode_ci.patches import PatchDoesNotApply, gpu_break
 
 pytestmark = pytest.mark.e2e_offline
 
@@ -24,8 +25,8 @@ def test_break_applies_once_to_the_installed_vllm(name):
 
 
 def test_a_break_whose_code_is_gone_fails_by_name():
-    gone = GpuBreak("gone", "", "vllm.v1.attention.backends.flashinfer", r"no_such_code\(\)", "", "test_x", ())
-    with pytest.raises(BreakDoesNotApply, match="does not apply to .*flashinfer.py"):
+    gone = gpu_break("gone", "", "vllm.v1.attention.backends.flashinfer", r"no_such_code\(\)", "", "test_x", ())
+    with pytest.raises(PatchDoesNotApply, match="does not apply to .*flashinfer.py"):
         patched_source(gone)
 
 

@@ -1,0 +1,251 @@
+"""One registry of deliberate changes to vLLM's source for the self-checks, one record each.
+
+A ``Patch`` edits one vLLM module's source once (a regular expression and its replacement) and names the suite
+modules that must turn red with it, and which of their tests. The CPU self-check (``flashinfer.regressions``,
+``selfcheck == "cpu"``) compiles a private copy of the module with it and runs the build-path tier against the
+copy; the GPU self-check (``e2e.gpu_breaks``, ``selfcheck == "gpu"``) loads the copy in place of the module
+before vLLM imports it and runs an e2e suite. vLLM's installed files are never written. A patch whose code is
+gone from the installed vLLM is the harness's breakage (``PatchDoesNotApply``), not a finding.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+from spec_decode_ci import compat
+
+FLASHINFER = "vllm.v1.attention.backends.flashinfer"
+MLA_COMMON = "vllm.model_executor.layers.attention.mla_attention"
+
+# The source text the regressions edit, in every form a supported release writes it:
+# the TRTLLM prefill's indptr zeroing, a slice since 0.21.0 ([:1] = 0), a Python int stored before ([0] = 0);
+INDPTR_ZEROING = r"paged_kv_indptr_prefill_gpu\[(?::1|0)\] = 0"
+# the host-copy guard, with the cascade term before 0.32.0 and without it since.
+SEQ_LENS_GUARD = r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm"
+
+
+def _needs_v1_padding() -> str | None:
+    """Only model runner V1 replays a capped uniform decode graph with more tokens than requests x (1 + k)."""
+    from spec_decode_ci.flashinfer.harness import BuildHarness
+
+    runner = BuildHarness().cudagraph_padding.runner
+    if runner == compat.V1_RUNNER:
+        return None
+    return (f"this vLLM runs the harness's config on {runner}, which pads a uniform decode batch to requests x "
+            f"(1 + k) tokens: the tokens / requests this regression trusts is then always right")
+
+
+# The build-path tier the CPU self-check runs against each regressed copy.
+TIER = tuple(f"spec_decode_ci.suites.{module}" for module in
+             ("test_guard_truth_table", "test_reference_equality", "test_poisoning", "test_properties",
+              "test_cuda_graph_padding", "test_build_isolation", "test_page_locked_plan_inputs",
+              "test_decode_context_parallel", "test_mla_builders"))
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    description: str
+    selfcheck: str  # "cpu": a copy for the build-path tier; "gpu": loaded in place for an e2e suite
+    module: str  # the vLLM module whose source is edited
+    pattern: str  # regular expression matched once in its source
+    replacement: str
+    suites: tuple[str, ...]  # the suite modules (spec_decode_ci.suites...) run with the patch
+    must_fail: tuple[str, ...] = ()  # test ids (function[case]) that must be red (a subset of what is)
+    # Whether this vLLM has the code the patch undoes (a structural probe of the module, never a version): a
+    # release without it has the bug natively, and the tier's verdict on that release says so.
+    present: Callable[[types.ModuleType], bool] = lambda module: True
+    # Why the batches this vLLM's runner hands build() never meet the edited code (None: they do).
+    unobservable: Callable[[], str | None] = lambda: None
+    last_found: str = compat.NEWEST  # the newest release whose code the patch was seen to edit
+
+
+class PatchDoesNotApply(compat.MissingVllmField):
+    """The code a patch edits is gone from this vLLM: the self-check's breakage, not a finding."""
+
+
+def apply(patch: Patch, source: str, where: str) -> str:
+    """``source`` with ``patch`` applied exactly once; ``PatchDoesNotApply`` where its code is not there."""
+    patched, count = re.subn(patch.pattern, patch.replacement, source, count=1)
+    if count != 1:
+        raise PatchDoesNotApply(patch.module, f"/{patch.pattern}/", f"patch {patch.name!r}", patch.last_found,
+                                detail=f"patch {patch.name!r} does not apply to {where}: the code it edits is "
+                                       f"gone; update spec_decode_ci/patches.py")
+    return patched
+
+
+def regression(name: str, description: str, pattern: str, replacement: str, *, target: str = FLASHINFER,
+               **fields) -> Patch:
+    """A patch for the CPU self-check: the build-path tier must turn red against a copy of ``target``."""
+    return Patch(name, description, "cpu", target, pattern, replacement, TIER, **fields)
+
+
+def gpu_break(name: str, description: str, module: str, pattern: str, replacement: str, suite_module: str,
+              must_fail: tuple[str, ...], **fields) -> Patch:
+    """A patch for the GPU self-check: the e2e suite ``suite_module`` must turn red on the GPU smoke."""
+    return Patch(name, description, "gpu", module, pattern, replacement, (f"{E2E_SUITES}.{suite_module}",),
+                 must_fail, **fields)
+
+
+E2E_SUITES = "spec_decode_ci.suites.e2e"
+
+REGRESSIONS = {
+    r.name: r
+    for r in [
+        regression(
+            "old_guard",
+            "host copy of seq_lens skipped only for decode-only TRTLLM batches (is_only_trtllm_decode)",
+            # is_only_trtllm_decode == (no prefills, some decodes, all TRTLLM), in any release's variable names
+            SEQ_LENS_GUARD,
+            r"is_only_trtllm_decode = num_prefills == 0 and num_decodes > 0 and all_uses_trtllm" "\n"
+            r"        needs_seq_lens_cpu = self.use_dcp\g<cascade> or not is_only_trtllm_decode",
+            must_fail=('test_guard[prefill=yes-trtllm,decode=yes-trtllm]', 'test_guard[prefill=yes-trtllm,decode=no-trtllm]'),
+        ),
+        regression(
+            "stale_indptr",
+            "TRTLLM prefill reads paged_kv_indptr.gpu without the on-device cumsum that refreshes it",
+            r"\n[ \t]*" + INDPTR_ZEROING + r"\n[ \t]*torch\.cumsum\(\s*num_blocks_per_req,"
+            r"\s*dim=0,\s*out=paged_kv_indptr_prefill_gpu\[1:\],?\s*\)",
+            "",
+            must_fail=('test_trtllm_fields_equal_reference[16]', 'test_poison_does_not_reach_the_kernels[trtllm-trtllm]', 'test_random_batches[16]', 'test_random_batches[64]'),
+        ),
+        regression(
+            "stale_prefill_query_offsets",
+            "TRTLLM prefill hands the kernel the persistent qo_indptr_prefill buffer (kept for FULL CUDA graphs) "
+            "without writing this batch's rebased query offsets into it",
+            r"\n[ \t]*torch\.sub\(\s*qo_indptr\[prefill_start : num_reqs \+ 1\],\s*qo_indptr\[prefill_start\],"
+            r"\s*out=qo_indptr_prefill_gpu,?\s*\)",
+            "",
+            present=lambda module: "out=qo_indptr_prefill_gpu" in inspect.getsource(module),
+            must_fail=('test_trtllm_fields_equal_reference[16]', 'test_poison_does_not_reach_the_kernels[trtllm-trtllm]', 'test_random_batches[16]'),
+        ),
+        regression(
+            "padded_decode_query_len",
+            "a padded spec-decode batch (zero-length requests after a CUDA-graph replay) described to the TRTLLM "
+            "decode kernel by tokens / requests instead of each request's query offsets",
+            r"return max_q_len, qo_indptr\[: num_decodes \+ 1\], None",
+            "return q_len_per_req, None, None",
+            present=lambda module: hasattr(module.FlashInferMetadataBuilder, "_compute_decode_query_lens"),
+            unobservable=_needs_v1_padding,
+            must_fail=('test_padded_batches_describe_exactly_the_real_requests[16]', 'test_padded_batches_describe_exactly_the_real_requests[64]'),
+        ),
+        regression(
+            "inputs_mutated",
+            "build() subtracts the prefills' query lengths from the shared host seq_lens in place",
+            r"\n(?P<indent>[ \t]*)qo_indptr_cpu = common_attn_metadata\.query_start_loc_cpu\n",
+            "\n\\g<indent>qo_indptr_cpu = common_attn_metadata.query_start_loc_cpu\n"
+            "\\g<indent>common_attn_metadata.seq_lens_cpu_upper_bound[num_decodes:] -= "
+            "qo_indptr_cpu[num_decodes + 1:] - qo_indptr_cpu[num_decodes:-1]\n",
+            must_fail=('test_build_leaves_its_inputs_untouched[prefill=trtllm-decode=trtllm]', 'test_build_leaves_its_inputs_untouched[prefill=native-decode=native]'),
+        ),
+        regression(
+            "state_carried",
+            "build() keeps the largest max_seq_len seen in a builder attribute and describes later batches with it",
+            r"\n(?P<indent>[ \t]*)max_seq_len = common_attn_metadata\.max_seq_len\n",
+            "\n\\g<indent>self._max_seq_len_seen = max(getattr(self, '_max_seq_len_seen', 0), "
+            "common_attn_metadata.max_seq_len)\n\\g<indent>max_seq_len = self._max_seq_len_seen\n",
+            must_fail=('test_no_state_carried_between_builds[prefill=trtllm-decode=trtllm]', 'test_no_state_carried_between_builds[prefill=native-decode=native]'),
+        ),
+        regression(
+            "pageable_plan_inputs",
+            "the native prefill's plan() inputs handed over in the reused pageable host buffers, not staged in "
+            "page-locked memory",
+            r"if PIN_MEMORY:(?P<body>\s+qo_indptr_prefill_cpu = qo_indptr_prefill_cpu\.pin_memory\(\))",
+            "if False:\\g<body>",
+            present=lambda module: "qo_indptr_prefill_cpu.pin_memory()" in inspect.getsource(module),
+            must_fail=('test_plan_host_inputs_are_page_locked[mixed]', 'test_plan_host_inputs_are_page_locked[prefill-only]'),
+        ),
+        regression(
+            "dcp_shared_mutation",
+            "under DCP, build() adjusts prefill lengths in the runner's host seq lens in place (no copy first)",
+            r"\n[ \t]*seq_lens_cpu = seq_lens_cpu\.clone\(\)",
+            "",
+            present=lambda module: "seq_lens_cpu = seq_lens_cpu.clone()" in inspect.getsource(module),
+            must_fail=('test_rank_local_metadata_without_speculation[0-trtllm]', 'test_rank_local_metadata_without_speculation[1-native]'),
+        ),
+        regression(
+            "dcp_global_pages",
+            "under DCP, page counts and last-page lengths taken from the global lengths, not the rank's share",
+            r"seq_lens_cpu = get_dcp_local_seq_lens\(",
+            "_rank_local_seq_lens = get_dcp_local_seq_lens(",
+            must_fail=('test_rank_local_metadata[world2-rank1-native]', 'test_rank_local_metadata[world4-rank3-native]'),
+        ),
+        regression(
+            "mla_prefill_host_sync",
+            "the MLA prefill path copies the device seq_lens to the host (.cpu()) instead of reading the runner's "
+            "host upper bound: a host sync per step with MTP and chunked prefill",
+            r"seq_lens_cpu = common_attn_metadata\.seq_lens_cpu_upper_bound",
+            "seq_lens_cpu = common_attn_metadata.seq_lens.cpu()",
+            target=MLA_COMMON,
+            must_fail=('test_build_does_not_sync[FLASHINFER_MLA-mixed]', 'test_build_does_not_sync[FLASHINFER_MLA-prefill-only-chunked]'),
+        ),
+        regression(
+            "mla_context_counts_queries",
+            "the MLA prefill's context gathered from the cache includes this step's query tokens (seq lens that "
+            "already count them get them added once more before the queries are subtracted)",
+            r"\n(?P<indent>[ \t]*)seq_lens_cpu = common_attn_metadata\.seq_lens_cpu_upper_bound\n",
+            "\n\\g<indent>seq_lens_cpu = common_attn_metadata.seq_lens_cpu_upper_bound\n"
+            "\\g<indent>seq_lens_cpu = seq_lens_cpu + (query_start_loc_cpu[1:] - query_start_loc_cpu[:-1])\n",
+            target=MLA_COMMON,
+            must_fail=('test_fields_equal_reference[FLASHINFER_MLA-mixed]', 'test_fields_equal_reference[FLASHINFER_MLA-mixed-long-context]'),
+        ),
+        regression(
+            "mla_stale_decode_seq_lens",
+            "MLA decode seq lens handed to the kernel from a persistent builder buffer that build() refreshes only "
+            "when the batch has prefills",
+            r"\n(?P<indent>[ \t]*)decode_metadata = self\._build_decode\(",
+            "\n\\g<indent>if not hasattr(self, '_decode_seq_lens'):\n"
+            "\\g<indent>    self._decode_seq_lens = seq_lens.new_zeros(self.vllm_config.scheduler_config.max_num_seqs)\n"
+            "\\g<indent>if num_prefills > 0:\n"
+            "\\g<indent>    self._decode_seq_lens[:num_reqs].copy_(seq_lens, non_blocking=True)\n"
+            "\\g<indent>seq_lens = self._decode_seq_lens\n"
+            "\\g<indent>decode_metadata = self._build_decode(",
+            target=MLA_COMMON,
+            must_fail=('test_poison_does_not_reach_the_kernels[FLASHINFER_MLA]', 'test_fields_equal_reference[FLASHINFER_MLA-decode-only]'),
+        ),
+        # The control: vLLM's source compiled into a copy unchanged. The tier must stay green on it.
+        regression("none", "no change (control for the copying itself)", r"\A", ""),
+    ]
+}
+
+
+GPU_BREAKS = {b.name: b for b in [
+    gpu_break("accept_every_draft",
+             "the greedy rejection sampler compares each draft token with itself: every draft is accepted",
+             "vllm.v1.sample.rejection_sampler",
+             r"target_argmax = target_logits\.argmax\(dim=-1\)",
+             "target_argmax = draft_token_ids.to(target_logits.device)",
+             "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",), last_found="0.33.0"),
+    gpu_break("eagle_hidden_states_shifted",
+             "the drafter reads the target's hidden states one position late",
+             "vllm.v1.spec_decode.llm_base_proposer",
+             r"self\.hidden_states\[:num_tokens\] = target_hidden_states",
+             "self.hidden_states[:num_tokens] = torch.roll(target_hidden_states, 1, 0)",
+             "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), last_found="0.33.0"),
+    gpu_break("host_sync_in_build",
+             "FlashInfer's build() reads the longest sequence back to the host (.item()) on every call",
+             "vllm.v1.attention.backends.flashinfer",
+             r"\n(?P<indent>[ \t]*)max_seq_len = common_attn_metadata\.max_seq_len\n",
+             "\n\\g<indent>max_seq_len = common_attn_metadata.max_seq_len\n"
+             "\\g<indent>_longest = int(common_attn_metadata.seq_lens.max().item())\n",
+             "test_draft_model", ("test_mixed_batches_without_host_sync[tiny-llama-self]",)),
+    gpu_break("mtp_drops_the_token",
+             "the MTP layer drops the embedding of the token it drafts after",
+             "vllm.model_executor.models.mimo_mtp",
+             r"inputs_embeds = self\.token_layernorm\(inputs_embeds\)",
+             "inputs_embeds = self.token_layernorm(torch.zeros_like(inputs_embeds))",
+             "test_speculators_mtp", ("test_acceptance[tiny-mimo-mtp]",)),
+    gpu_break("draft_vocab_unmapped",
+             "EAGLE-3 drafters with a draft vocabulary skip its draft-to-target mapping (d2t)",
+             "vllm.model_executor.models.llama_eagle3",
+             r"targets = base \+ self\.draft_id_to_target_id",
+             "targets = base",
+             "test_speculators_mtp", ("test_acceptance[tiny-llama-speculators-eagle3]",)),
+]}
+
+
+PATCHES = {**REGRESSIONS, **GPU_BREAKS}
