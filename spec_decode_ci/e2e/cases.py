@@ -12,7 +12,7 @@ from typing import Any
 from spec_decode_ci import compat
 from spec_decode_ci.generator.load import read_document
 from spec_decode_ci.generator.model import Section, boolean, integer, number, one_of, section, text, text_list
-from spec_decode_ci.e2e.tiny_models import FAMILIES
+from spec_decode_ci.tiny_configs import FAMILIES
 
 CONFIG_PATH = Path(__file__).resolve().parent / "cases.yaml"
 SMOKE_CONFIG_PATH = CONFIG_PATH.with_name("cases.h200_smoke.yaml")  # tiny models, any single GPU
@@ -52,7 +52,7 @@ class EngineSettings:
 class Case:
     suite: str
     id: str
-    family: str  # the target's architecture family (tiny_models.FAMILIES)
+    family: str  # the target's architecture family (tiny_configs.FAMILIES)
     target: str
     method: str
     num_speculative_tokens: int

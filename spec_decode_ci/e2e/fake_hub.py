@@ -13,6 +13,7 @@ from unittest import mock
 
 from spec_decode_ci.e2e import tiny_models
 from spec_decode_ci.e2e.cases import Case
+from spec_decode_ci.tiny_configs import write_target
 
 REVISION = "0" * 40
 
@@ -34,7 +35,7 @@ def put(cache: Path, repo_id: str, write: Callable[[Path], Path]) -> Path:
 
 def populate(cache: Path, case: Case) -> None:
     """Tiny configs for every checkpoint of ``case``, shaped like the real ones."""
-    put(cache, case.target, lambda d: tiny_models.write_target(d, case.family))
+    put(cache, case.target, lambda d: write_target(d, case.family))
     if case.speculators:
         put(cache, case.speculators, lambda d: tiny_models.write_speculators(
             d, Path(case.target), case.family, case.num_speculative_tokens))
@@ -43,7 +44,7 @@ def populate(cache: Path, case: Case) -> None:
     elif case.method == "eagle":
         put(cache, case.draft, tiny_models.write_eagle1_head)
     elif case.method == "draft_model" and case.draft != case.target:
-        put(cache, case.draft, lambda d: tiny_models.write_target(d, case.family))
+        put(cache, case.draft, lambda d: write_target(d, case.family))
 
 
 HUB_CLIENTS = ("huggingface_hub", "transformers", "vllm")

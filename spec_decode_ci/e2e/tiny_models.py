@@ -8,68 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM, VOCAB, LAYERS = 256, 4, 2, 64, 1024, 2
-
-_FAMILIES: dict[str, dict[str, Any]] = {
-    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
-    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"},
-    # MiMo ships its config class as remote code (auto_map), like the real checkpoint.
-    "mimo": {"architectures": ["MiMoForCausalLM"], "model_type": "mimo", "num_nextn_predict_layers": 1,
-             "auto_map": {"AutoConfig": "configuration_mimo.MiMoConfig"}},
-}
-FAMILIES = tuple(_FAMILIES)
-
-_MIMO_CONFIG_CODE = '''from transformers import Qwen2Config
-
-
-class MiMoConfig(Qwen2Config):
-    model_type = "mimo"
-
-    def __init__(self, *args, num_nextn_predict_layers=0, **kwargs):
-        self.num_nextn_predict_layers = num_nextn_predict_layers
-        super().__init__(*args, **kwargs)
-'''
-
-
-def _base(max_len: int, heads: int = HEADS, kv_heads: int = KV_HEADS, head_dim: int = HEAD_DIM,
-          layers: int = LAYERS) -> dict[str, Any]:
-    hidden = heads * head_dim
-    return {"hidden_size": hidden, "intermediate_size": 2 * hidden, "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_hidden_layers": layers, "vocab_size": VOCAB,
-            "max_position_embeddings": max_len, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6,
-            "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "rope_theta": 10000.0}
-
-
-def _write(directory: Path, config: dict[str, Any]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
-    return directory
-
-
-def write_target(directory: Path, family: str, max_len: int = 4096, **shape: int) -> Path:
-    """A target's config.json; ``shape`` overrides heads, kv_heads, head_dim or layers (the build-path tier's
-    builder options)."""
-    path = _write(directory, {**_base(max_len, **shape), **_FAMILIES[family]})
-    if family == "mimo":
-        (directory / "configuration_mimo.py").write_text(_MIMO_CONFIG_CODE)
-    return path
-
-
-def write_mla_target(directory: Path, max_len: int = 4096, heads: int = 16, kv_lora_rank: int = 512,
-                     qk_nope_head_dim: int = 128, qk_rope_head_dim: int = 64, v_head_dim: int = 128,
-                     mtp_layers: int = 1) -> Path:
-    """A DeepSeek-V3-style target (MLA attention, one dense layer, ``mtp_layers`` MTP layers), DeepSeek-V3's
-    latent dimensions by default: the attention vLLM's MLA builders and the MTP drafter see."""
-    return _write(directory, {
-        **_base(max_len, heads=heads, kv_heads=heads, head_dim=qk_nope_head_dim + qk_rope_head_dim, layers=1),
-        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": HIDDEN,
-        "first_k_dense_replace": 1, "moe_intermediate_size": 64, "n_routed_experts": 4, "n_shared_experts": 1,
-        "num_experts_per_tok": 2, "q_lora_rank": None, "kv_lora_rank": kv_lora_rank,
-        "qk_nope_head_dim": qk_nope_head_dim, "qk_rope_head_dim": qk_rope_head_dim, "v_head_dim": v_head_dim,
-        "num_nextn_predict_layers": mtp_layers,
-    })
+from spec_decode_ci.tiny_configs import (
+    _FAMILIES, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, VOCAB, base_config, write_config, write_target,
+)
 
 
 def write_eagle3_head(directory: Path, max_len: int = 4096, aux_layer_ids: list[int] | None = None) -> Path:
@@ -78,14 +20,14 @@ def write_eagle3_head(directory: Path, max_len: int = 4096, aux_layer_ids: list[
     ``aux_layer_ids`` names the target layers whose inputs the head reads (vLLM's default, layers 2, L/2 and
     L-3, needs a deeper target than the tiny ones)."""
     extra = {"eagle_aux_hidden_state_layer_ids": aux_layer_ids} if aux_layer_ids else {}
-    return _write(directory, {**_base(max_len), "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+    return write_config(directory, {**base_config(max_len), "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
                               "num_hidden_layers": 1, "draft_vocab_size": VOCAB, "target_hidden_size": HIDDEN,
                               **extra})
 
 
 def write_eagle1_head(directory: Path, max_len: int = 4096) -> Path:
     """yuhuili's EAGLE-1 heads are saved as a one-layer ``LlamaForCausalLM``."""
-    return _write(directory, {**_base(max_len), **_FAMILIES["llama"], "num_hidden_layers": 1})
+    return write_config(directory, {**base_config(max_len), **_FAMILIES["llama"], "num_hidden_layers": 1})
 
 
 def write_speculators(directory: Path, verifier: Path, family: str, num_speculative_tokens: int,
@@ -95,10 +37,10 @@ def write_speculators(directory: Path, verifier: Path, family: str, num_speculat
 
     ``aux_layer_ids`` go in the layer config, where every vLLM release with the speculators path reads them
     (later ones also copy a top-level key there)."""
-    layer = {**_base(max_len), "model_type": family if family in ("llama", "qwen3") else "llama",
+    layer = {**base_config(max_len), "model_type": family if family in ("llama", "qwen3") else "llama",
              "num_hidden_layers": 1, "hidden_act": "silu",
              **({"eagle_aux_hidden_state_layer_ids": aux_layer_ids} if aux_layer_ids else {})}
-    return _write(directory, {
+    return write_config(directory, {
         "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
         "transformer_layer_config": layer, "draft_vocab_size": draft_vocab_size, "norm_before_residual": True,
         "target_hidden_size": HIDDEN,

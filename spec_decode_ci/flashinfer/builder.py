@@ -20,7 +20,7 @@ from unittest import mock
 import torch
 
 from spec_decode_ci import compat
-from spec_decode_ci.e2e.tiny_models import write_target
+from spec_decode_ci.tiny_configs import write_target
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, emulated_platform
 
 LAYER_NAME = "model.layers.0.self_attn.attn"

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import torch
 
 from spec_decode_ci import compat
-from spec_decode_ci.e2e.tiny_models import write_mla_target
+from spec_decode_ci.tiny_configs import write_mla_target
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, GpuAllocationsOnHost, emulated_platform
 from spec_decode_ci.flashinfer.builder import builder_device
 
