@@ -53,8 +53,7 @@ SINGLE_GPU_QUEUE, MULTI_GPU_QUEUE = "gpu_1_queue", "gpu_4_queue"
 
 
 def _amd_gpu(device: str) -> bool:
-    family, _, count = device.partition("_")
-    return family in AMD_GPU_FAMILIES
+    return device.partition("_")[0] in AMD_GPU_FAMILIES
 
 
 def image_for(device: str | None) -> Image:

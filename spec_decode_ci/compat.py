@@ -99,11 +99,13 @@ def vllm_module(name: str) -> types.ModuleType:
         raise
 
 
-def module_exists(name: str) -> bool:
+def module_origin(name: str) -> str | None:
+    """The file module ``name`` would be loaded from (not imported), or None where there is none."""
     try:
-        return importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(name)
     except ModuleNotFoundError:
-        return False
+        return None
+    return spec.origin if spec is not None else None
 
 
 def difference(since: str, what: str) -> Callable[[Callable], Callable]:
@@ -217,7 +219,7 @@ V1_RUNNER, V2_RUNNER = "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.mo
 def model_runner(vllm_config) -> str:
     """The GPU model runner this vLLM runs ``vllm_config`` with (``V1_RUNNER`` or ``V2_RUNNER``); ask under the
     platform the config is for (the choice reads it)."""
-    has_v1, has_v2 = module_exists(V1_RUNNER), module_exists(V2_RUNNER)
+    has_v1, has_v2 = module_origin(V1_RUNNER) is not None, module_origin(V2_RUNNER) is not None
     if has_v1 and has_v2 and hasattr(type(vllm_config), "use_v2_model_runner"):
         return V2_RUNNER if vllm_config.use_v2_model_runner else V1_RUNNER
     if has_v1 or has_v2:
@@ -312,12 +314,12 @@ def cudagraph_padding(runner: str) -> CudaGraphPadding:
     utils = vllm_module("vllm.v1.attention.backends.utils")
     missing = []
     for module, rules in _PADDING_RULES[runner].items():
-        spec = importlib.util.find_spec(module) if module_exists(module) else None
-        if spec is None or spec.origin is None:
+        origin = module_origin(module)
+        if origin is None:
             raise MissingVllmField(module.rpartition(".")[0], module.rpartition(".")[2],
                                    "the GPU model runner's padding rules", _RUNNER_LAST_FOUND.get(runner, NEWEST),
                                    detail=f"module {module} is not found")
-        source = Path(spec.origin).read_text()
+        source = Path(origin).read_text()
         missing += [f"{module}: {rule}" for rule, pattern in rules.items() if not re.search(pattern, source)]
     if missing:
         raise MissingVllmField(runner, "its CUDA-graph padding rules", detail=f"vLLM's runner no longer shows how it "

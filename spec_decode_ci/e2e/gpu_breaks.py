@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 
+from spec_decode_ci.compat import module_origin
 from spec_decode_ci.patches import GPU_BREAKS, Patch, PatchDoesNotApply, apply
 
 ENV = "SPEC_DECODE_CI_GPU_BREAK"
@@ -24,12 +25,12 @@ BREAKS = GPU_BREAKS  # the breaks' records live in the one registry of vLLM patc
 
 def patched_source(brk: Patch) -> tuple[str, str]:
     """(the installed module's file, its source with the break applied)."""
-    spec = importlib.util.find_spec(brk.module)
-    if spec is None or spec.origin is None:
+    origin = module_origin(brk.module)
+    if origin is None:
         parent, _, child = brk.module.rpartition(".")
         raise PatchDoesNotApply(parent, child, f"break {brk.name!r}", brk.last_found,
                                 detail=f"break {brk.name!r}: vLLM has no module {brk.module}")
-    return spec.origin, apply(brk, open(spec.origin).read(), spec.origin)
+    return origin, apply(brk, open(origin).read(), origin)
 
 
 def install(name: str) -> None:

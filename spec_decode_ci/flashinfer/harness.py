@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterator
 from unittest import mock
 
@@ -183,7 +184,7 @@ class BuildHarness:
     def decode_threshold(self) -> int:
         return self.builder.reorder_batch_threshold
 
-    @property
+    @cached_property
     def cudagraph_padding(self) -> compat.CudaGraphPadding:
         """The padding rules of the GPU model runner this vLLM runs the harness's config with."""
         with builder_context(self.vllm_config, self.gpu, self.module):

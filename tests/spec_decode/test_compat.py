@@ -159,7 +159,7 @@ def test_an_error_raised_inside_vllm_is_not_relabelled():
 
 
 def test_padding_rules_missing_for_a_runner_name_the_last_release_that_had_them(monkeypatch):
-    monkeypatch.setattr(compat, "module_exists", lambda name: False)
+    monkeypatch.setattr(compat, "module_origin", lambda name: None)
     compat.cudagraph_padding.__wrapped__.cache_clear()
     with pytest.raises(compat.MissingVllmField) as info:
         compat.cudagraph_padding(compat.V1_RUNNER)
