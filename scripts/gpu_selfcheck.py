@@ -16,7 +16,10 @@ import subprocess
 import sys
 import time
 
-from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, patched_source
+import tempfile
+from pathlib import Path
+
+from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs
 
 
 
@@ -45,16 +48,27 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown break(s) {unknown}; expected some of {sorted(BREAKS)}")
     names = args.breaks or list(BREAKS)
-    for name in names:
-        patched_source(BREAKS[name])  # a break that no longer applies fails here, before any GPU time
+    with tempfile.TemporaryDirectory() as root:  # which runner each suite's engines run, from vLLM's config
+        smoke = smoke_with_tiny_configs(Path(root))
+        runners = {suite: engine_runner(smoke, smoke.cases(suite)[0]) for suite in smoke.suites}
+    print("model runner per suite:", {suite: runner.rsplit(".", 2)[-2] for suite, runner in runners.items()})
     ok = True
-    print(f"{'break':30s} {'suite':24s} {'verdict':8s} {'wall':>6s}  red tests")
+    print(f"{'break':32s} {'suite':24s} {'verdict':8s} {'wall':>6s}  red tests")
+    for name in list(names):
+        brk = BREAKS[name]
+        suite = brk.suites[0].rsplit(".", 1)[1].removeprefix("test_")
+        reason = not_run_here(brk, runners.get(suite, next(iter(runners.values()))))
+        if reason:
+            names.remove(name)
+            print(f"{name:32s} {short(brk.suites):24s} {'skipped':8s} {'':6s}  {reason}")
+        else:
+            patched_source(brk)  # a break that no longer applies fails here, before any GPU time
     if args.control:
         for suites in dict.fromkeys(BREAKS[n].suites for n in names):
             code, failed, wall, tail = run_suite(suites, None)
             green = code == 0 and not failed
             ok &= green
-            print(f"{'(none: control)':30s} {short(suites):24s} {'green' if green else 'RED':8s} {wall:6.0f}  "
+            print(f"{'(none: control)':32s} {short(suites):24s} {'green' if green else 'RED':8s} {wall:6.0f}  "
                   f"{sorted(failed)}")
             if not green:
                 print(tail)
@@ -64,7 +78,7 @@ def main() -> int:
         missing = [t for t in brk.must_fail if t not in failed]
         caught = code != 0 and not missing
         ok &= caught
-        print(f"{name:30s} {short(brk.suites):24s} {'red' if caught else 'MISSED':8s} {wall:6.0f}  {sorted(failed)}")
+        print(f"{name:32s} {short(brk.suites):24s} {'red' if caught else 'MISSED':8s} {wall:6.0f}  {sorted(failed)}")
         if not caught:
             print(f"  expected red: {list(brk.must_fail)}\n{tail}")
     return 0 if ok else 1

@@ -393,6 +393,19 @@ def common_attn_metadata(**fields: Any):
     return CommonAttentionMetadata(**fields)
 
 
+GPU_WORKER_STEP_METHODS = ("execute_model", "sample_tokens", "take_draft_token_ids")
+
+
+@probe
+def gpu_worker_class() -> type:
+    """vLLM's GPU worker, which runs each engine step: ``execute_model``, then ``sample_tokens`` (sampling,
+    rejection, the drafter's propose) and, without async scheduling, ``take_draft_token_ids``."""
+    worker = require(vllm_module("vllm.v1.worker.gpu_worker"), "Worker", what="GPU worker")
+    for method in GPU_WORKER_STEP_METHODS:
+        require(worker, method, what="GPU worker step method")
+    return worker
+
+
 @difference("0.21.0", "SpeculativeConfig.attention_backend: the drafter's backend can be pinned")
 def drafter_attention_backend_settable() -> bool:
     from vllm.config import SpeculativeConfig

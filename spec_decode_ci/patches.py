@@ -62,6 +62,15 @@ class Patch:
     # Why the batches this vLLM's runner hands build() never meet the edited code (None: they do).
     unobservable: Callable[[], str | None] = lambda: None
     last_found: str = compat.NEWEST  # the newest release whose code the patch was seen to edit
+    # The GPU model runner (compat.V1_RUNNER / V2_RUNNER) whose code the patch edits: it applies where that
+    # runner is installed and shows only where the engine runs it (None: code both runners call).
+    runner: str | None = None
+
+    def runner_missing(self) -> str | None:
+        """Why this vLLM cannot run the patched code: its model runner is not installed (None: it is)."""
+        if self.runner is None or compat.module_origin(self.runner) is not None:
+            return None
+        return f"patch {self.name!r} edits code of model runner {self.runner}, which this vLLM does not have"
 
 
 class PatchDoesNotApply(compat.MissingVllmField):
@@ -213,38 +222,85 @@ REGRESSIONS = {
 }
 
 
+V1, V2 = compat.V1_RUNNER, compat.V2_RUNNER
+V2_SPEC = "vllm.v1.worker.gpu.spec_decode"
+
 GPU_BREAKS = {b.name: b for b in [
     gpu_break("accept_every_draft",
-             "the greedy rejection sampler compares each draft token with itself: every draft is accepted",
-             "vllm.v1.sample.rejection_sampler",
-             r"target_argmax = target_logits\.argmax\(dim=-1\)",
-             "target_argmax = draft_token_ids.to(target_logits.device)",
-             "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",), last_found="0.33.0"),
+              "the greedy rejection sampler compares each draft token with itself: every draft is accepted",
+              "vllm.v1.sample.rejection_sampler",
+              r"target_argmax = target_logits\.argmax\(dim=-1\)",
+              "target_argmax = draft_token_ids.to(target_logits.device)",
+              "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",), last_found="0.33.0",
+              runner=V1),
+    gpu_break("accept_every_draft_v2",
+              "the rejection sampler verifies each draft against logits that favour the draft token itself: every "
+              "draft is accepted",
+              f"{V2_SPEC}.rejection_sampler",
+              r"sampled, num_sampled = rejection_sample\(\s*processed_logits,",
+              "sampled, num_sampled = rejection_sample(\n"
+              "            processed_logits.scatter(-1, draft_sampled.long().view(-1, 1), 1.0e4),",
+              "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",), runner=V2),
     gpu_break("eagle_hidden_states_shifted",
-             "the drafter reads the target's hidden states one position late",
-             "vllm.v1.spec_decode.llm_base_proposer",
-             r"self\.hidden_states\[:num_tokens\] = target_hidden_states",
-             "self.hidden_states[:num_tokens] = torch.roll(target_hidden_states, 1, 0)",
-             "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), last_found="0.33.0"),
+              "the drafter reads the target's hidden states one position late",
+              "vllm.v1.spec_decode.llm_base_proposer",
+              r"self\.hidden_states\[:num_tokens\] = target_hidden_states",
+              "self.hidden_states[:num_tokens] = torch.roll(target_hidden_states, 1, 0)",
+              "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), last_found="0.33.0", runner=V1),
+    gpu_break("eagle_hidden_states_shifted_v2",
+              "the drafter reads the target's hidden states one position late",
+              f"{V2_SPEC}.target_dependent_ar.speculator",
+              r"self\.hidden_states\[:num_tokens_padded\]\.copy_\(hidden_states\)",
+              "self.hidden_states[:num_tokens_padded].copy_(torch.roll(hidden_states, 1, 0))",
+              "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), runner=V2),
     gpu_break("host_sync_in_build",
-             "FlashInfer's build() reads the longest sequence back to the host (.item()) on every call",
-             "vllm.v1.attention.backends.flashinfer",
-             r"\n(?P<indent>[ \t]*)max_seq_len = common_attn_metadata\.max_seq_len\n",
-             "\n\\g<indent>max_seq_len = common_attn_metadata.max_seq_len\n"
-             "\\g<indent>_longest = int(common_attn_metadata.seq_lens.max().item())\n",
-             "test_draft_model", ("test_mixed_batches_without_host_sync[tiny-llama-self]",)),
+              "FlashInfer's build() reads the longest sequence back to the host (.item()) on every call",
+              "vllm.v1.attention.backends.flashinfer",
+              r"\n(?P<indent>[ \t]*)max_seq_len = common_attn_metadata\.max_seq_len\n",
+              "\n\\g<indent>max_seq_len = common_attn_metadata.max_seq_len\n"
+              "\\g<indent>_longest = int(common_attn_metadata.seq_lens.max().item())\n",
+              "test_draft_model", ("test_mixed_batches_without_host_sync[tiny-llama-self]",
+                                   "test_no_host_sync_in_the_speculative_step[tiny-llama-self]")),
+    gpu_break("host_sync_in_propose",
+              "the drafter's propose() reads a sampled token back to the host (.item()) on every step",
+              "vllm.v1.spec_decode.llm_base_proposer",
+              r"(?s)(def propose\(.*?\n)(?P<indent>[ \t]*)batch_size = common_attn_metadata\.batch_size\(\)\n",
+              "\\1\\g<indent>batch_size = common_attn_metadata.batch_size()\n"
+              "\\g<indent>_first_token = int(next_token_ids[0].item())\n",
+              "test_draft_model", ("test_no_host_sync_in_the_speculative_step[tiny-llama-self]",), runner=V1),
+    gpu_break("host_sync_in_propose_v2",
+              "the drafter's propose() reads a sampled token back to the host (.item()) on every step",
+              f"{V2_SPEC}.standalone_ar.speculator",
+              r"(?s)(def propose\(.*?\n)(?P<indent>[ \t]*)num_reqs = input_batch\.num_reqs\n",
+              "\\1\\g<indent>num_reqs = input_batch.num_reqs\n"
+              "\\g<indent>_first_token = int(last_sampled[0].item())\n",
+              "test_draft_model", ("test_no_host_sync_in_the_speculative_step[tiny-llama-self]",), runner=V2),
+    gpu_break("drafter_positions_off_by_one",
+              "the drafter runs its later proposals of a step one position late (RoPE positions +1; the KV slots "
+              "stay right)",
+              "vllm.v1.spec_decode.llm_base_proposer",
+              r'"positions": self\._get_positions\(input_batch_size\),',
+              '"positions": self._get_positions(input_batch_size) + 1,',
+              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V1),
+    gpu_break("drafter_positions_off_by_one_v2",
+              "the drafter's positions move one further before each later proposal of a step",
+              f"{V2_SPEC}.target_dependent_ar.speculator",
+              r"\n(?P<indent>[ \t]*)last_hidden_states, hidden_states = self\._run_model\(\s*num_tokens_padded,",
+              "\n\\g<indent>self.input_buffers.positions[:num_reqs] += 1"
+              "\n\\g<indent>last_hidden_states, hidden_states = self._run_model(\n\\g<indent>    num_tokens_padded,",
+              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2),
     gpu_break("mtp_drops_the_token",
-             "the MTP layer drops the embedding of the token it drafts after",
-             "vllm.model_executor.models.mimo_mtp",
-             r"inputs_embeds = self\.token_layernorm\(inputs_embeds\)",
-             "inputs_embeds = self.token_layernorm(torch.zeros_like(inputs_embeds))",
-             "test_speculators_mtp", ("test_acceptance[tiny-mimo-mtp]",)),
+              "the MTP layer drops the embedding of the token it drafts after",
+              "vllm.model_executor.models.mimo_mtp",
+              r"inputs_embeds = self\.token_layernorm\(inputs_embeds\)",
+              "inputs_embeds = self.token_layernorm(torch.zeros_like(inputs_embeds))",
+              "test_speculators_mtp", ("test_acceptance[tiny-mimo-mtp]",)),
     gpu_break("draft_vocab_unmapped",
-             "EAGLE-3 drafters with a draft vocabulary skip its draft-to-target mapping (d2t)",
-             "vllm.model_executor.models.llama_eagle3",
-             r"targets = base \+ self\.draft_id_to_target_id",
-             "targets = base",
-             "test_speculators_mtp", ("test_acceptance[tiny-llama-speculators-eagle3]",)),
+              "EAGLE-3 drafters with a draft vocabulary skip its draft-to-target mapping (d2t)",
+              "vllm.model_executor.models.llama_eagle3",
+              r"targets = base \+ self\.draft_id_to_target_id",
+              "targets = base",
+              "test_speculators_mtp", ("test_acceptance[tiny-llama-speculators-eagle3]",)),
 ]}
 
 

@@ -310,21 +310,78 @@ def _frames_outside_torch() -> list[traceback.FrameSummary]:
     return [f for f in reversed(traceback.extract_stack()[:-3]) if f.filename != here and "/torch/" not in f.filename]
 
 
+@dataclass(frozen=True)
+class SyncSite:
+    """Where a host sync was called from: the innermost frame in one of the packages asked for (by module name,
+    which stays the same wherever the package is installed), its function and its source line."""
+
+    module: str
+    line: int
+    function: str
+    code: str
+
+    def __str__(self) -> str:
+        return f"{self.module.replace('.', '/')}.py:{self.line} in {self.function}: {self.code}"
+
+
+def _sync_site(frame, packages: tuple[str, ...]) -> SyncSite:
+    """The innermost frame of ``frame``'s stack whose module is in ``packages`` (else ``frame`` itself)."""
+    import linecache
+
+    while frame is not None and frame.f_globals.get("__name__") in ("warnings", __name__):
+        frame = frame.f_back
+    first = frame
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name.split(".")[0] in packages:
+            break
+        frame = frame.f_back
+    frame = frame or first
+    code = frame.f_code
+    return SyncSite(frame.f_globals.get("__name__", code.co_filename), frame.f_lineno, code.co_name,
+                    linecache.getline(code.co_filename, frame.f_lineno).strip())
+
+
 @contextmanager
-def cuda_sync_warnings() -> Iterator[list[str]]:
-    """On a GPU, collect what CUDA's sync debug mode ("warn") reports inside the block; empty without CUDA."""
-    syncs: list[str] = []
+def cuda_sync_sites(packages: tuple[str, ...] = ("vllm", "flashinfer")) -> Iterator[list[SyncSite]]:
+    """On a GPU, every synchronizing CUDA operation torch's sync debug mode ("warn") reports inside the block,
+    each with its call site in ``packages``, appended as it happens; empty without CUDA.
+
+    The warning is read where it is shown, while the caller's stack is still there. A hook installed before
+    (vLLM's own sync check) still sees it."""
+    sites: list[SyncSite] = []
     if not torch.cuda.is_available():
-        yield syncs
+        yield sites
         return
+    import sys
     import warnings
 
-    previous = torch.cuda.get_sync_debug_mode()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    previous_mode = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", message=".*" + CUDA_SYNC_WARNING)
+        shown = warnings.showwarning
+
+        def record(message, category, filename, lineno, file=None, line=None):
+            if CUDA_SYNC_WARNING not in str(message):
+                return shown(message, category, filename, lineno, file, line)
+            sites.append(_sync_site(sys._getframe(1), packages))
+            if getattr(shown, "__module__", "warnings") != "warnings":  # someone else's hook: vLLM's check
+                shown(message, category, filename, lineno, file, line)
+            return None
+
+        warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            yield syncs
+            yield sites
         finally:
-            torch.cuda.set_sync_debug_mode(previous)
-    syncs += [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if CUDA_SYNC_WARNING in str(w.message)]
+            torch.cuda.set_sync_debug_mode(previous_mode)
+
+
+@contextmanager
+def cuda_sync_warnings() -> Iterator[list[str]]:
+    """On a GPU, what CUDA's sync debug mode ("warn") reports inside the block, one line per sync with its call
+    site; empty without CUDA."""
+    syncs: list[str] = []
+    with cuda_sync_sites() as sites:
+        yield syncs
+    syncs += [str(site) for site in sites]

@@ -110,6 +110,23 @@ def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None
         assert max(builds.syncs_per_build, default=0) <= 1, "\n".join(builds.syncs)
 
 
+def check_step_syncs(runs: CaseRuns, case: Case, record_property) -> None:
+    """No host sync anywhere in a speculative step (target forward, rejection, the drafter's propose, every
+    metadata build) but at the allowed sites of ``step_syncs.ALLOWED_SYNCS``; the others are named file:line."""
+    spec = runs.get(case, True)
+    per_step, all_trtllm = spec.steps.syncs_per_step, runs.config.engine.all_trtllm
+    record_property("steps", len(per_step))
+    record_property("host_syncs_per_step_max", max(per_step, default=0))
+    record_property("host_syncs_per_step_mean", round(sum(per_step) / len(per_step), 3) if per_step else 0)
+    record_property("host_sync_sites", "; ".join(f"{site} x{n}" for site, n in spec.steps.sites().most_common()))
+    assert per_step, "no engine step observed: the worker's step methods were not called"
+    not_allowed = spec.steps.not_allowed(all_trtllm)
+    assert not not_allowed, (
+        f"host syncs in the speculative step at {len(not_allowed)} site(s) not allowed "
+        f"(spec_decode_ci/e2e/step_syncs.py, ALLOWED_SYNCS):\n"
+        + "\n".join(f"  {site}  ({n} syncs in {len(per_step)} steps)" for site, n in not_allowed.most_common()))
+
+
 def check_attention_backends(runs: CaseRuns, case: Case, record_property) -> None:
     """Every attention layer, the drafter's included, runs the configured backend: a drafter that selects
     another one (vLLM picks the drafter's backend itself unless the speculative config pins it) would leave
@@ -138,6 +155,9 @@ class SuiteTests:
 
     def test_mixed_batches_without_host_sync(self, runs, case, record_property):
         check_batches_and_syncs(runs, case, record_property)
+
+    def test_no_host_sync_in_the_speculative_step(self, runs, case, record_property):
+        check_step_syncs(runs, case, record_property)
 
     def test_every_layer_on_the_configured_backend(self, runs, case, record_property):
         check_attention_backends(runs, case, record_property)

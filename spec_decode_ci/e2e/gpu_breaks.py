@@ -13,7 +13,11 @@ import importlib.util
 import os
 import sys
 
+from pathlib import Path
+
+from spec_decode_ci import compat
 from spec_decode_ci.compat import module_origin
+from spec_decode_ci.e2e import cases
 from spec_decode_ci.patches import GPU_BREAKS, Patch, PatchDoesNotApply, apply
 
 ENV = "SPEC_DECODE_CI_GPU_BREAK"
@@ -21,6 +25,34 @@ MARKER = "__spec_decode_ci_break__"
 
 
 BREAKS = GPU_BREAKS  # the breaks' records live in the one registry of vLLM patches, spec_decode_ci.patches
+
+
+def smoke_with_tiny_configs(root: Path):
+    """The GPU smoke's configuration with its tiny models written under ``root`` as configs only (enough for
+    vLLM to build each case's engine configuration)."""
+    from spec_decode_ci.e2e.tiny_models import write_tiny_models
+
+    smoke = cases.load(str(cases.SMOKE_CONFIG_PATH))
+    return smoke.with_models(write_tiny_models(root, smoke.tiny_models, smoke.tiny_heads, weights=False))
+
+
+def engine_runner(config: cases.SuiteConfig, case: cases.Case) -> str:
+    """The GPU model runner vLLM runs ``case``'s speculative engine on, asked of the engine configuration vLLM
+    builds for it (on a CPU, call it under ``emulated_platform()``)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    kwargs = {**cases.engine_kwargs(config, case, speculative=True), "skip_tokenizer_init": True}
+    return compat.model_runner(EngineArgs(**kwargs).create_engine_config())
+
+
+def not_run_here(brk: Patch, runner: str) -> str | None:
+    """Why ``brk`` cannot show in an engine that runs ``runner`` (None: it can)."""
+    missing = brk.runner_missing()
+    if missing:
+        return missing
+    if brk.runner is not None and brk.runner != runner:
+        return f"break {brk.name!r} edits {brk.runner}'s code; this vLLM runs the suite's engines on {runner}"
+    return None
 
 
 def patched_source(brk: Patch) -> tuple[str, str]:

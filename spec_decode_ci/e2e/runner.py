@@ -1,8 +1,9 @@
 """Runs one case through vLLM's real ``LLM`` and records what the e2e checks need.
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the FlashInfer metadata
-builder can be observed: every ``build()`` is recorded (prefills, decodes) and runs under CUDA's sync debug
-mode in "warn", whose warnings are collected as host syncs. Where vLLM has its own sync check
+builder and the worker's steps can be observed: every ``build()`` is recorded (prefills, decodes), and every
+engine step (``step_syncs``) runs under CUDA's sync debug mode in "warn", whose warnings are collected as host
+syncs with their call sites. Where vLLM has its own sync check
 (``vllm.utils.gpu_sync_debug``), it is switched to "error" too.
 """
 
@@ -18,6 +19,7 @@ from unittest import mock
 
 from spec_decode_ci import compat
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
+from spec_decode_ci.e2e.step_syncs import StepLog, observed_steps
 from spec_decode_ci.sync import cuda_sync_warnings
 
 
@@ -55,6 +57,7 @@ class Run:
     counters: dict[str, float]
     wall_s: float
     attention_backends: dict[str, str] = field(default_factory=dict)  # layer -> backend, target and drafter
+    steps: StepLog = field(default_factory=StepLog)  # host syncs of each engine step, with their call sites
 
     @property
     def acceptance_length(self) -> float:
@@ -127,7 +130,7 @@ def _free_gpu_memory() -> None:
 def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
     from vllm import LLM, SamplingParams
 
-    log = BuildLog()
+    log, steps = BuildLog(), StepLog()
     start = time.perf_counter()
     with ExitStack() as stack:
         # the builder must run in this process to be observed; the caller's environment is restored after
@@ -135,6 +138,7 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
         stack.enter_context(observed_builds(log, 1 + case.num_speculative_tokens if speculative else 1))
         stack.enter_context(compat.vllm_sync_check_as_errors())  # vLLM's own check too, where it has one
         llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
+        stack.enter_context(observed_steps(steps))  # the steps of generate(), not the engine's warm-up
         tokens_only = config.engine.skip_tokenizer_init
         params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, ignore_eos=True,
                                 detokenize=not tokens_only)
@@ -145,4 +149,4 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     del llm, outputs
     _free_gpu_memory()  # the next engine of the module needs the memory
-    return Run(token_ids, log, counters, wall, backends)
+    return Run(token_ids, log, counters, wall, backends, steps)

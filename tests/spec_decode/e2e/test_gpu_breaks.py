@@ -12,15 +12,32 @@ from pathlib import Path
 
 import pytest
 
-from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, patched_source
+from spec_decode_ci.e2e.gpu_breaks import (
+    BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs,
+)
+from spec_decode_ci.emulation import emulated_platform
 from spec_decode_ci.patches import PatchDoesNotApply, gpu_break
 
 pytestmark = pytest.mark.e2e_offline
 
 
+@pytest.fixture(scope="module")
+def smoke_runners(tmp_path_factory) -> dict[str, str]:
+    """The model runner vLLM picks for each smoke suite's engines (its first case), asked on the CPU."""
+    smoke = smoke_with_tiny_configs(tmp_path_factory.mktemp("tiny-models"))
+    with emulated_platform():
+        return {suite: engine_runner(smoke, smoke.cases(suite)[0]) for suite in smoke.suites}
+
+
 @pytest.mark.parametrize("name", sorted(BREAKS))
-def test_break_applies_once_to_the_installed_vllm(name):
-    origin, patched = patched_source(BREAKS[name])
+def test_break_applies_once_to_the_installed_vllm(name, smoke_runners):
+    """Each break edits the code its suite's engines run on this vLLM; a break of the other model runner
+    skips, saying which runner the engines use."""
+    brk = BREAKS[name]
+    reason = not_run_here(brk, smoke_runners[brk.suites[0].rsplit(".", 1)[1].removeprefix("test_")])
+    if reason:
+        pytest.skip(reason)
+    origin, patched = patched_source(brk)
     assert patched != open(origin).read()
 
 
