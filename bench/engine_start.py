@@ -9,7 +9,9 @@ functions its stack was sampled in most (``spec_decode_ci.stack_sampler``); vLLM
 memory profiling, KV cache, warm-up); and how much each on-disk cache grew (FlashInfer, vLLM, Triton and
 Inductor kernels, the CUDA driver's PTX cache); then the import of vLLM. A B200 nightly step pays the first engine's figures once per step,
 plus a later engine's per further engine. Needs a GPU; with ``--spec CASE_ID`` the second and third engines
-are that smoke case's speculative engine.
+are that smoke case's speculative engine. With ``--process-per-engine`` each engine starts in a process of its
+own, one after the other (a later engine then pays vLLM's import and CUDA's initialisation again, but finds
+every on-disk cache the earlier ones filled); a crash then ends that engine only, with its exit status printed.
 
     SPEC_DECODE_E2E_CONFIG=cases.h200_smoke.yaml python bench/engine_start.py [--spec tiny-llama-eagle3]
 """
@@ -20,6 +22,8 @@ import argparse
 import logging
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -59,10 +63,22 @@ def cache_bytes() -> dict[str, int]:
             for name, root in cache_dirs().items()}
 
 
+ENGINES = [("first engine (target)", False), ("second engine", True), ("third engine", True)]  # True: --spec's
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", help="a smoke case id whose speculative engine is started second and third")
+    parser.add_argument("--process-per-engine", action="store_true", help="start each engine in its own process")
+    parser.add_argument("--only", type=int, help=argparse.SUPPRESS)  # the engine a child process starts
     args = parser.parse_args()
+    if args.process_per_engine:
+        for index in range(len(ENGINES)):
+            child = [sys.executable, "-X", "faulthandler", __file__, "--only", str(index)]
+            code = subprocess.run(child + (["--spec", args.spec] if args.spec else [])).returncode
+            if code:
+                print(f"{ENGINES[index][0]}: process ended with exit status {code}")
+        return
 
     start = time.perf_counter()
     import vllm  # noqa: F401
@@ -79,8 +95,10 @@ def main() -> None:
     case = next((c for c in all_cases if c.id == args.spec), all_cases[0])
     handler = Timings()
     logging.getLogger("vllm").addHandler(handler)
-    runs = [("first engine (target)", False), ("second engine", bool(args.spec)), ("third engine", bool(args.spec))]
-    for label, speculative in runs:
+    runs = [(label, spec and bool(args.spec)) for label, spec in ENGINES]
+    for index, (label, speculative) in enumerate(runs):
+        if args.only is not None and index != args.only:
+            continue
         handler.lines.clear()
         cache_before = cache_bytes()
         t0 = time.perf_counter()

@@ -14,6 +14,7 @@
 set -euo pipefail
 out=$(mkdir -p "${1:?usage: $0 OUT_DIR [VLLM_VERSION]}" && cd "$1" && pwd)
 version=${2:-0.21.0}
+rm -rf "$out/wheels" "$out/parts"  # tar -r below appends: start from empty parts
 mkdir -p "$out/wheels" "$out/parts"
 platforms=()
 for n in 17 24 27 28 31 34 35; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Carries the kernels a first vLLM engine compiles (FlashInfer's JIT ops, Triton's kernels) from one machine to a
+# fresh one, so that the first engine there loads them instead of compiling (~200 s on an H200).
+#
+#   scripts/kernel_cache.sh save FILE   after an engine ran: FlashInfer's and Triton's caches and their key
+#   scripts/kernel_cache.sh load FILE   before the first engine: restored only where the key matches this machine
+#
+# The key is what the kernels were built for: FlashInfer's version, torch's version and CUDA, the GPU's compute
+# capability. FlashInfer keys its own directory by its version and the GPU arch too, and re-runs ninja on every
+# load: ninja rebuilds an op whose sources are newer than it, and a fresh install writes FlashInfer's sources
+# now, so `load` dates them back to the epoch (they are the same files the ops were built from: same version).
+# PYTHONPATH must reach FlashInfer as the engine will (e.g. /tmp/site).
+set -euo pipefail
+action=${1:?usage: scripts/kernel_cache.sh save|load FILE}
+file=${2:?usage: scripts/kernel_cache.sh save|load FILE}
+fi_base=${FLASHINFER_WORKSPACE_BASE:-$HOME}
+triton_dir=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
+key=$(python3 -c 'import flashinfer, torch
+major, minor = torch.cuda.get_device_capability()
+print(f"flashinfer={flashinfer.__version__} torch={torch.__version__} cuda={torch.version.cuda} sm={major}{minor}")')
+case "$action" in
+  save)
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    echo "$key" > "$work/KEY"
+    mkdir -p "$work/flashinfer" "$work/triton"
+    [ -d "$fi_base/.cache/flashinfer" ] && cp -a "$fi_base/.cache/flashinfer/." "$work/flashinfer/"
+    [ -d "$triton_dir" ] && cp -a "$triton_dir/." "$work/triton/"
+    tar -czf "$file" -C "$work" KEY flashinfer triton
+    echo "saved kernel cache for [$key]: $(du -h "$file" | cut -f1)"
+    ;;
+  load)
+    saved=$(tar -xzf "$file" -O KEY)
+    if [ "$saved" != "$key" ]; then
+      echo "kernel cache not used: built for [$saved], this machine is [$key]"
+      exit 0
+    fi
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    tar -xzf "$file" -C "$work"
+    mkdir -p "$fi_base/.cache/flashinfer" "$triton_dir"
+    cp -a "$work/flashinfer/." "$fi_base/.cache/flashinfer/"
+    cp -a "$work/triton/." "$triton_dir/"
+    fi_pkg=$(python3 -c 'import flashinfer, os; print(os.path.dirname(flashinfer.__file__))')
+    find "$fi_pkg" -exec touch -h -d @0 {} +
+    echo "kernel cache loaded for [$key]"
+    ;;
+  *) echo "usage: scripts/kernel_cache.sh save|load FILE" >&2; exit 2 ;;
+esac
