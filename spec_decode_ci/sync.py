@@ -313,33 +313,52 @@ def _frames_outside_torch() -> list[traceback.FrameSummary]:
 @dataclass(frozen=True)
 class SyncSite:
     """Where a host sync was called from: the innermost frame in one of the packages asked for (by module name,
-    which stays the same wherever the package is installed), its function and its source line."""
+    which stays the same wherever the package is installed), its function and its source line; the modules of
+    the frames below it (torch's own, e.g. torch.compile's) and the package functions above it."""
 
     module: str
     line: int
     function: str
     code: str
+    inner: tuple[str, ...] = ()  # modules of the frames between the site and the sync, innermost first
+    callers: tuple[str, ...] = ()  # "module.function" of the package frames that called the site, innermost first
+
+    @property
+    def compiling(self) -> bool:
+        """The sync happened inside torch.compile's tracing or compiling (not in code it compiled)."""
+        return any(m.startswith(("torch._dynamo", "torch._inductor", "torch.fx")) for m in self.inner)
+
+    def within(self, qualified: str) -> bool:
+        """``qualified`` ("module.function") is the site itself or one of its callers."""
+        return qualified == f"{self.module}.{self.function}" or qualified in self.callers
 
     def __str__(self) -> str:
-        return f"{self.module.replace('.', '/')}.py:{self.line} in {self.function}: {self.code}"
+        below = f" (below it: {', '.join(self.inner[:3])})" if self.inner else ""
+        return f"{self.module.replace('.', '/')}.py:{self.line} in {self.function}: {self.code}{below}"
 
 
 def _sync_site(frame, packages: tuple[str, ...]) -> SyncSite:
-    """The innermost frame of ``frame``'s stack whose module is in ``packages`` (else ``frame`` itself)."""
+    """The innermost frame of ``frame``'s stack whose module is in ``packages`` (else the innermost frame)."""
     import linecache
 
-    while frame is not None and frame.f_globals.get("__name__") in ("warnings", __name__):
-        frame = frame.f_back
-    first = frame
+    stack = []
     while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if name.split(".")[0] in packages:
-            break
+        stack.append(frame)
         frame = frame.f_back
-    frame = frame or first
-    code = frame.f_code
-    return SyncSite(frame.f_globals.get("__name__", code.co_filename), frame.f_lineno, code.co_name,
-                    linecache.getline(code.co_filename, frame.f_lineno).strip())
+    stack = [f for f in stack if f.f_globals.get("__name__") not in ("warnings", __name__)]
+    if not stack:
+        return SyncSite("<unknown>", 0, "<unknown>", "")
+
+    def module(f) -> str:
+        return f.f_globals.get("__name__", f.f_code.co_filename)
+
+    at = next((i for i, f in enumerate(stack) if module(f).split(".")[0] in packages), 0)
+    site = stack[at]
+    callers = tuple(f"{module(f)}.{f.f_code.co_name}" for f in stack[at + 1:]
+                    if module(f).split(".")[0] in packages)
+    return SyncSite(module(site), site.f_lineno, site.f_code.co_name,
+                    linecache.getline(site.f_code.co_filename, site.f_lineno).strip(),
+                    inner=tuple(dict.fromkeys(module(f) for f in stack[:at])), callers=callers[:12])
 
 
 @contextmanager
