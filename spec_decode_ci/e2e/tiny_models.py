@@ -1,7 +1,8 @@
 """Tiny local stand-ins for the e2e checkpoints: the same config.json structure, a few hundred parameters.
 
 The offline tier writes only configs (vLLM's engine configuration never reads weights); the GPU smoke
-also writes random weights with transformers (``write_weights``), so vLLM can load and run them.
+also writes weights built by hand (``write_weights`` and the heads' writers), so vLLM can load and run them and
+every greedy choice and proposal is known from the weights (the rule, see ``FACTOR``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 from pathlib import Path
 
 from spec_decode_ci.tiny_configs import (
-    _FAMILIES, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, VOCAB, base_config, write_config, write_target,
+    _FAMILIES, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, ROPE_THETA, VOCAB, base_config, write_config, write_target,
 )
 
 
@@ -52,34 +53,142 @@ def write_speculators(directory: Path, verifier: Path, family: str, num_speculat
     })
 
 
+# The smoke's tiny models follow one rule by construction: token t is a pair of factors (a, b) = divmod(t, FACTOR),
+# and the target's greedy token after (..., prev, cur) is (A_NEXT[a of cur], B_NEXT[b of prev]): its first factor
+# follows the current token, its second the previous one. The previous token reaches the current position only
+# through attention: a head whose RoPE scores peak at distance one (position-sensitive by construction). The
+# hidden state holds separate blocks, so each factor's argmax is decided alone, with a margin of a whole unit:
+#   CONST: a constant 1 (queries and keys read it), U: one-hot of a, W: one-hot of b, Z: one-hot of the previous
+#   token's b, written by the head.
+FACTOR = 32
+CONST, U, W, Z = 0, 1, 1 + FACTOR, 1 + 2 * FACTOR
+SCORE = 40.0  # the peak's attention logit over mean cos; any other distance scores >= 0.31 * SCORE lower
+assert VOCAB == FACTOR * FACTOR and Z + FACTOR <= HIDDEN and HEAD_DIM >= 2 * FACTOR
+
+
+def factors(token: int) -> tuple[int, int]:
+    return divmod(token, FACTOR)
+
+
+def _permutations(seed: int):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randperm(FACTOR, generator=gen), torch.randperm(FACTOR, generator=gen)
+
+
+def rule_from_lm_head(lm_head: "torch.Tensor", draft_to_target: "torch.Tensor | None" = None):
+    """The greedy rule read off an LM head of this construction: a function (prev, cur) -> next token.
+
+    Row v (target id ``draft_to_target[v]`` where the head has a draft vocabulary) holds one unit in U at the
+    first factor it answers to and one in Z at the previous token's second factor it answers to."""
+    rows = lm_head.float()
+    ids = draft_to_target.tolist() if draft_to_target is not None else list(range(rows.shape[0]))
+    by_pair = {(int(rows[i, U:U + FACTOR].argmax()), int(rows[i, Z:Z + FACTOR].argmax())): t
+               for i, t in enumerate(ids)}
+
+    def rule(prev: int, cur: int) -> int | None:
+        return by_pair.get((factors(cur)[0], factors(prev)[1]))
+    return rule
+
+
+def continuation(rule, prompt: list[int], steps: int) -> list[int]:
+    """``steps`` tokens after ``prompt`` by ``rule`` (the first token's previous token is itself)."""
+    seq = list(prompt)
+    for _ in range(steps):
+        seq.append(rule(seq[-2] if len(seq) > 1 else seq[-1], seq[-1]))
+    return seq[len(prompt):]
+
+
+def _embeddings() -> "torch.Tensor":
+    import torch
+
+    embed = torch.zeros(VOCAB, HIDDEN)
+    tokens = torch.arange(VOCAB)
+    embed[:, CONST] = 1.0
+    embed[tokens, U + tokens // FACTOR] = 1.0
+    embed[tokens, W + tokens % FACTOR] = 1.0
+    return embed
+
+
+def _lm_head(seed: int) -> "torch.Tensor":
+    """Row v = (a', b') answers to first factor A[a'] of the current token and second factor B[b'] of the
+    previous one (A, B: random permutations)."""
+    import torch
+
+    first, second = _permutations(seed)
+    head = torch.zeros(VOCAB, HIDDEN)
+    tokens = torch.arange(VOCAB)
+    head[tokens, U + first[tokens // FACTOR]] = 1.0
+    head[tokens, Z + second[tokens % FACTOR]] = 1.0
+    return head
+
+
+def _rope_query_key(peak: int) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """A query and a key (HEAD_DIM each, RoPE's neox halves) for a constant input of 1, such that after RoPE at
+    positions m and n the attention logit q.k / sqrt(HEAD_DIM) is SCORE * mean_i cos((m - n - peak) theta_i)."""
+    import math
+
+    import torch
+
+    theta = ROPE_THETA ** (-torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM)
+    amplitude = math.sqrt(SCORE * math.sqrt(HEAD_DIM) / (HEAD_DIM // 2))
+    query = torch.cat([torch.cos(peak * theta), -torch.sin(peak * theta)]) * amplitude
+    key = torch.cat([torch.ones_like(theta), torch.zeros_like(theta)]) * amplitude
+    return query.float(), key.float()
+
+
+def attention_layer(prefix: str, scale_in: float, previous_gain: float = 0.0, current_gain: float = 0.0,
+                    input_size: int = HIDDEN) -> dict[str, "torch.Tensor"]:
+    """A decoder layer whose attention copies the previous token's second factor into Z (head 0: peak at
+    distance 1, ``previous_gain``) and the current token's first factor into U (head 1: peak at distance 0,
+    ``current_gain``); its MLP adds nothing. ``scale_in`` is the value the layer's attention input holds at
+    CONST and at each one-hot (1 raw, 1/rms after a norm); the first HIDDEN columns of the input are read."""
+    import torch
+
+    q_proj, k_proj = torch.zeros(HEADS * HEAD_DIM, input_size), torch.zeros(KV_HEADS * HEAD_DIM, input_size)
+    v_proj, o_proj = torch.zeros(KV_HEADS * HEAD_DIM, input_size), torch.zeros(HIDDEN, HEADS * HEAD_DIM)
+    for head, peak in ((0, 1), (1, 0)):  # both read kv head 0
+        q_proj[head * HEAD_DIM:(head + 1) * HEAD_DIM, CONST] = _rope_query_key(peak)[0] / scale_in
+    k_proj[:HEAD_DIM, CONST] = _rope_query_key(0)[1] / scale_in
+    factor = torch.arange(FACTOR)
+    v_proj[factor, W + factor] = 1.0 / scale_in  # value dims 0..31: the token's second factor
+    v_proj[FACTOR + factor, U + factor] = 1.0 / scale_in  # value dims 32..63: its first factor
+    o_proj[Z + factor, factor] = previous_gain  # head 0's second factor -> Z
+    o_proj[U + factor, HEAD_DIM + FACTOR + factor] = current_gain  # head 1's first factor -> U
+    inter = 2 * HIDDEN
+    return {
+        prefix + "input_layernorm.weight": torch.ones(HIDDEN),
+        prefix + "post_attention_layernorm.weight": torch.ones(HIDDEN),
+        prefix + "self_attn.q_proj.weight": q_proj, prefix + "self_attn.k_proj.weight": k_proj,
+        prefix + "self_attn.v_proj.weight": v_proj, prefix + "self_attn.o_proj.weight": o_proj,
+        prefix + "mlp.gate_proj.weight": torch.zeros(inter, HIDDEN), prefix + "mlp.up_proj.weight": torch.zeros(inter, HIDDEN),
+        prefix + "mlp.down_proj.weight": torch.zeros(HIDDEN, inter),
+    }
+
+
+NORMED = (HIDDEN / 3) ** 0.5  # a token's embedding after an RMS norm: CONST and two one-hots of 1 -> this each
+
+
 def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 4096) -> Path:
-    """A tiny target with random weights (GPU smoke): config from ``write_target``, weights from transformers.
-
-    Plain random weights give greedy choices so close that bf16 rounding flips them (measured on CPU: greedy
-    continuations in fp32 and bf16 differ on 6 of 6 prompts), so equality with the plain run would test
-    numerics, not speculation. Here each layer's output projections are damped (x0.1) and the LM head is the
-    embedding matrix in a fixed permutation: the next token is mostly decided by the current one, with a wide
-    margin, while attention and the KV cache still take part in every step.
-
-    A ``mimo`` target (Qwen2 layers) also gets its MTP layer (``mtp_layer_weights``)."""
+    """A tiny target whose greedy choice is the construction's rule (see FACTOR): the embeddings and LM head of
+    the construction, layer 0 the previous-token head, every later layer adding nothing. A ``mimo`` target
+    (Qwen2 layers) also gets its MTP layer (``mtp_layer_weights``). Config from ``write_target``, with
+    ``ROPE_THETA`` (tiny_configs)."""
     import torch
 
     write_target(directory, family, max_len)
-    torch.manual_seed(seed)
     model = _transformers_model(directory, family)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.mul_(0.1)
-            layer.mlp.down_proj.weight.mul_(0.1)
-        embed = model.model.embed_tokens.weight
-        model.lm_head.weight.copy_(embed[torch.randperm(embed.shape[0])])
-    weights = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+    weights = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    weights.update({k: torch.ones_like(v) for k, v in weights.items() if k.endswith("norm.weight")})
+    weights["model.embed_tokens.weight"] = _embeddings()
+    weights["lm_head.weight"] = _lm_head(seed)
+    # layer 0 reads the normed embedding; its residual is the raw one (units of 1)
+    weights.update(attention_layer("model.layers.0.", NORMED, previous_gain=1.0))
     if family == "mimo":
         weights.update(mtp_layer_weights(weights))
     # the config written above stays: transformers would name a MiMo target Qwen2ForCausalLM
     return _save_bf16(weights, directory)
-
-
 def _transformers_model(directory: Path, family: str):
     """The family's transformers model for the config in ``directory`` (MiMo's layers are Qwen2's)."""
     import torch
@@ -99,73 +208,55 @@ def mtp_layer_weights(target: dict[str, "torch.Tensor"]) -> dict[str, "torch.Ten
 
     vLLM runs it on the target's hidden state at position t and the embedding of token t+1:
     ``input_proj(concat(hidden_norm(h_t), token_norm(embed[t+1])))`` through one Qwen2 decoder layer, a final
-    norm and the target's LM head, and asks for token t+2. Here ``input_proj`` keeps only the embedding half and
-    the decoder layer is a copy of the target's last (damped) layer, so the state is embed[t+1] plus a small
-    attention and MLP term and the LM head (the permuted embeddings) picks the target's own successor of
-    token t+1: every proposal is right by construction, while the layer still reads the drafter's KV cache."""
+    norm and the target's LM head, and asks for token t+2. Here ``input_proj`` keeps only the (normed) embedding
+    and the layer is the construction's previous-token head over the MTP layer's own KV cache, where position t
+    holds token t+1: the proposal is the rule's choice after (token t, token t+1), right by construction, and
+    only if the layer's positions and KV slots are right."""
     import torch
 
-    hidden = target["model.embed_tokens.weight"].shape[1]
-    last = max(int(k.split(".")[2]) for k in target if k.startswith("model.layers."))
-    block = {k[len(f"model.layers.{last}."):]: v.clone() for k, v in target.items()
-             if k.startswith(f"model.layers.{last}.")}
-    ones = torch.ones(hidden, dtype=torch.bfloat16)
+    ones = torch.ones(HIDDEN)
+    block = attention_layer(MTP_PREFIX, NORMED, previous_gain=NORMED)  # its residual is the normed embedding
+    biases = {MTP_PREFIX + f"self_attn.{p}_proj.bias": torch.zeros(n) for p, n in
+              (("q", HEADS * HEAD_DIM), ("k", KV_HEADS * HEAD_DIM), ("v", KV_HEADS * HEAD_DIM))}
     return {
-        **{MTP_PREFIX + k: v for k, v in block.items()},
+        **block, **biases,
         MTP_PREFIX + "token_layernorm.weight": ones, MTP_PREFIX + "hidden_layernorm.weight": ones.clone(),
         MTP_PREFIX + "final_layernorm.weight": ones.clone(),
-        MTP_PREFIX + "input_proj.weight": torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)
-        .to(torch.bfloat16),
+        MTP_PREFIX + "input_proj.weight": torch.cat([torch.zeros(HIDDEN, HIDDEN), torch.eye(HIDDEN)], dim=1),
     }
-
-
-def lm_head_permutation(weights: dict[str, "torch.Tensor"]) -> "torch.Tensor":
-    """``perm`` with ``lm_head[v] == embed_tokens[perm[v]]`` in a target's weights from ``write_weights``: its
-    greedy next token after ``t`` is meant to be ``perm.argsort()[t]`` (test_tiny_models checks the two-step
-    consequence the EAGLE-3 head relies on)."""
-    import torch
-
-    embed, head = weights["model.embed_tokens.weight"], weights["lm_head.weight"]
-    row_of = {row.view(torch.int16).numpy().tobytes(): i for i, row in enumerate(embed)}
-    return torch.tensor([row_of[row.view(torch.int16).numpy().tobytes()] for row in head])
 
 
 EAGLE3_AUX_LAYERS = [0, 1, LAYERS]  # the embeddings first: the head's first proposal reads them
 
 
-def write_eagle3_weights(directory: Path, target_dir: Path, seed: int = 0, max_len: int = 4096) -> Path:
-    """A random-weight EAGLE-3 head for a ``write_weights`` target whose first proposal is usually right.
+def write_eagle3_weights(directory: Path, target_dir: Path, max_len: int = 4096) -> Path:
+    """An EAGLE-3 head for a ``write_weights`` target whose first proposal of each step is right by construction.
 
     vLLM feeds the head ``fc(concat(aux states))`` of the target at position t, plus the token at t+1, and asks
-    for token t+2. Here ``fc`` keeps only the first aux state (the target's input embedding of token t), the
-    decoder layer's output projections are damped as in the target, the head's own LM head is the target's
-    taken two permutation steps ahead, and its embeddings are shared with the target (none in the checkpoint).
-    So the first proposal is the target's choice two tokens on; later proposals of a drafting step start from
-    the head's own state and are mostly rejected. The attention weights are random: the layer still runs on
-    the drafter's KV cache and FlashInfer metadata in every step."""
+    for token t+2, the rule's choice after (token t, token t+1). Here ``fc`` writes the second factor of the first
+    aux state (the target's input embedding of token t) into Z: only the target's hidden state of the right
+    position gives it. The decoder layer's head 1 (peak at distance 0, over the head's own KV cache) copies the
+    first factor of token t+1 into U; the LM head is the target's. Later proposals of a step start from the
+    head's own state and are mostly rejected. The embeddings are shared with the target (none in the checkpoint)."""
     from safetensors.torch import load_file
 
     write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
     target = load_file(str(target_dir / "model.safetensors"))
-    return _save_bf16(_eagle3_weights(target, seed, "midlayer."), directory)
+    return _save_bf16(_eagle3_weights(target, "midlayer."), directory)
 
 
-def _eagle3_weights(target: dict[str, "torch.Tensor"], seed: int, layer_prefix: str) -> dict[str, "torch.Tensor"]:
+def _eagle3_weights(target: dict[str, "torch.Tensor"], layer_prefix: str) -> dict[str, "torch.Tensor"]:
     """The EAGLE-3 head of ``write_eagle3_weights`` for a target's weights, its decoder layer under
     ``layer_prefix``."""
     import torch
 
-    target_head, perm = target["lm_head.weight"], lm_head_permutation(target)
-    return {
-        layer_prefix + "input_layernorm.weight": torch.ones(HIDDEN),
-        layer_prefix + "hidden_norm.weight": torch.ones(HIDDEN),
-        # q, k, v read concat(embedding, hidden state): twice the hidden size
-        **_random_decoder_layer(layer_prefix, seed, attention_input=2 * HIDDEN),
-        "fc.weight": torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, 2 * HIDDEN)], dim=1),
-        "norm.weight": torch.ones(HIDDEN),
-        # row v must score highest on embed[t] where v is two steps on from t: perm[perm[v]] == t
-        "lm_head.weight": target_head.float()[perm],
-    }
+    fc = torch.zeros(HIDDEN, 3 * HIDDEN)
+    factor = torch.arange(FACTOR)
+    fc[Z + factor, W + factor] = 1.0  # aux state 0 (embedding of token t): its second factor -> Z
+    # q, k, v read concat(normed embedding of token t+1, normed hidden state): the first half only
+    layer = attention_layer(layer_prefix, NORMED, current_gain=1.0, input_size=2 * HIDDEN)
+    return {**layer, layer_prefix + "hidden_norm.weight": torch.ones(HIDDEN), "fc.weight": fc,
+            "norm.weight": torch.ones(HIDDEN), "lm_head.weight": target["lm_head.weight"].float()}
 
 
 # The tiny speculators checkpoint's draft vocabulary leaves this token out (the target never needs it as a first
@@ -195,7 +286,7 @@ def write_speculators_weights(directory: Path, target_dir: Path, family: str, nu
 
     write_speculators_head(directory, target_dir, family, num_speculative_tokens, max_len)
     target = load_file(str(target_dir / "model.safetensors"))
-    weights = _eagle3_weights(target, seed, "layers.0.")
+    weights = _eagle3_weights(target, "layers.0.")
     order = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(seed))
     drafted = order[order != SPECULATORS_LEFT_OUT_TOKEN]  # draft id -> target id
     weights["lm_head.weight"] = weights["lm_head.weight"][drafted]
@@ -206,46 +297,24 @@ def write_speculators_weights(directory: Path, target_dir: Path, family: str, nu
     return _save_bf16(weights, directory, exact=extra)
 
 
-def write_eagle1_weights(directory: Path, target_dir: Path, seed: int = 0, max_len: int = 4096) -> Path:
-    """A random-weight EAGLE-1 head for a ``write_weights`` target whose every proposal is the target's choice.
+def write_eagle1_weights(directory: Path, target_dir: Path, max_len: int = 4096) -> Path:
+    """An EAGLE-1 head for a ``write_weights`` target whose every proposal is the target's choice by construction.
 
     vLLM's EAGLE-1 runs ``fc(concat(embed[t+1], h_t))`` through one Llama decoder layer (no input norm) and the
-    target's LM head (the head ships neither LM head nor embeddings), and asks for token t+2. Here ``fc`` keeps
-    only the embedding and the layer's output projections are damped, so the state is embed[t+1] plus a small
-    term and the target's LM head picks the target's successor of t+1. Later proposals of a drafting step read
-    the head's own state and the embedding of its last proposal, so they are right as well: all k by
-    construction. The attention weights are random: the layer still runs on the drafter's KV cache."""
+    target's LM head, and asks for token t+2. Here ``fc`` keeps only the embedding, and the layer is the
+    construction's previous-token head over the head's own KV cache, where position t holds token t+1: each
+    proposal is the rule's choice after (token t, token t+1), the later ones of a step included, as long as the
+    drafter's positions and KV slots are right (a position off by one in a later proposal reads the wrong
+    token's factor)."""
     import torch
 
     write_eagle1_head(directory, max_len)
     weights = {
-        **_random_decoder_layer("layers.0.", seed, attention_input=HIDDEN),  # its input norm is vLLM's identity
+        **attention_layer("layers.0.", 1.0, previous_gain=1.0),  # its input norm is vLLM's identity: raw units
         "fc.weight": torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, HIDDEN)], dim=1),
     }
+    del weights["layers.0.input_layernorm.weight"]
     return _save_bf16(weights, directory)
-
-
-def _random_decoder_layer(prefix: str, seed: int, attention_input: int) -> dict[str, "torch.Tensor"]:
-    """A drafter's Llama decoder layer (no input norm): random attention and MLP, output projections damped
-    (x0.1) as in the target."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-
-    def normal(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen) * 0.02 * scale
-
-    q_out, kv_out, inter = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, 2 * HIDDEN
-    return {
-        prefix + "post_attention_layernorm.weight": torch.ones(HIDDEN),
-        prefix + "self_attn.q_proj.weight": normal(q_out, attention_input),
-        prefix + "self_attn.k_proj.weight": normal(kv_out, attention_input),
-        prefix + "self_attn.v_proj.weight": normal(kv_out, attention_input),
-        prefix + "self_attn.o_proj.weight": normal(HIDDEN, q_out, scale=0.1),
-        prefix + "mlp.gate_proj.weight": normal(inter, HIDDEN),
-        prefix + "mlp.up_proj.weight": normal(inter, HIDDEN),
-        prefix + "mlp.down_proj.weight": normal(HIDDEN, inter, scale=0.1),
-    }
 
 
 def _save_bf16(weights: dict[str, "torch.Tensor"], directory: Path,
