@@ -17,6 +17,7 @@ import sys
 import time
 
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs
@@ -43,6 +44,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("breaks", nargs="*", help=f"breaks to run (default: all of {', '.join(BREAKS)})")
     parser.add_argument("--control", action="store_true", help="also run each suite without a break")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at once on the GPU (each engine takes the smoke's gpu_memory_utilization)")
     args = parser.parse_args()
     unknown = [n for n in args.breaks if n not in BREAKS]
     if unknown:
@@ -72,15 +75,18 @@ def main() -> int:
                   f"{sorted(failed)}")
             if not green:
                 print(tail)
-    for name in names:
-        brk = BREAKS[name]
-        code, failed, wall, tail = run_suite(brk.suites, name)
-        missing = [t for t in brk.must_fail if t not in failed]
-        caught = code != 0 and not missing
-        ok &= caught
-        print(f"{name:32s} {short(brk.suites):24s} {'red' if caught else 'MISSED':8s} {wall:6.0f}  {sorted(failed)}")
-        if not caught:
-            print(f"  expected red: {list(brk.must_fail)}\n{tail}")
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        runs = {name: pool.submit(run_suite, BREAKS[name].suites, name) for name in names}
+        for name in names:
+            brk = BREAKS[name]
+            code, failed, wall, tail = runs[name].result()
+            missing = [t for t in brk.must_fail if t not in failed]
+            caught = code != 0 and not missing
+            ok &= caught
+            print(f"{name:32s} {short(brk.suites):24s} {'red' if caught else 'MISSED':8s} {wall:6.0f}  "
+                  f"{sorted(failed)}")
+            if not caught:
+                print(f"  expected red: {list(brk.must_fail)}\n{tail}")
     return 0 if ok else 1
 
 
