@@ -54,7 +54,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as root:  # which runner each suite's engines run, from vLLM's config
         smoke = smoke_with_tiny_configs(Path(root))
         runners = {suite: engine_runner(smoke, smoke.cases(suite)[0]) for suite in smoke.suites}
-    print("model runner per suite:", {suite: runner.rsplit(".", 2)[-2] for suite, runner in runners.items()})
+    print("model runner per suite:", {suite: runner.rsplit(".", 1)[-1] for suite, runner in runners.items()})
     ok = True
     print(f"{'break':32s} {'suite':24s} {'verdict':8s} {'wall':>6s}  red tests")
     for name in list(names):

@@ -333,8 +333,10 @@ class SyncSite:
         return qualified == f"{self.module}.{self.function}" or qualified in self.callers
 
     def __str__(self) -> str:
-        below = f" (below it: {', '.join(self.inner[:3])})" if self.inner else ""
-        return f"{self.module.replace('.', '/')}.py:{self.line} in {self.function}: {self.code}{below}"
+        below = f"; below it {', '.join(self.inner[:3])}" if self.inner else ""
+        called = f"; called from {' < '.join(c.rsplit('.', 2)[-2] + '.' + c.rsplit('.', 1)[-1] for c in self.callers[:3])}" \
+            if self.callers else ""
+        return f"{self.module.replace('.', '/')}.py:{self.line} in {self.function}: {self.code}{called}{below}"
 
 
 def _sync_site(frame, packages: tuple[str, ...]) -> SyncSite:
