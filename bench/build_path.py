@@ -39,7 +39,7 @@ def tier_wall_time() -> float:
 
 def main() -> None:
     t0 = time.perf_counter()
-    from spec_decode_ci.flashinfer.batches import Choices, random_spec_decode_batch, spec_decode_batch
+    from spec_decode_ci.buildpath.batches import Choices, random_spec_decode_batch, spec_decode_batch
     from spec_decode_ci.flashinfer.harness import BuildHarness
     from spec_decode_ci.emulation import EmulatedGpu
 
@@ -78,7 +78,7 @@ def main() -> None:
 
 
 def mla_numbers() -> None:
-    from spec_decode_ci.flashinfer.batches import Choices, random_spec_decode_batch, spec_decode_batch
+    from spec_decode_ci.buildpath.batches import Choices, random_spec_decode_batch, spec_decode_batch
     from spec_decode_ci.mla.builder import MlaOptions, sm100_dense_backends
     from spec_decode_ci.mla.harness import MlaBuildHarness
 

@@ -1,7 +1,7 @@
 """One registry of deliberate changes to vLLM's source for the self-checks, one record each.
 
 A ``Patch`` edits one vLLM module's source once (a regular expression and its replacement) and names the suite
-modules that must turn red with it, and which of their tests. The CPU self-check (``flashinfer.regressions``,
+modules that must turn red with it, and which of their tests. The CPU self-check (``buildpath.regressions``,
 ``selfcheck == "cpu"``) compiles a private copy of the module with it and runs the build-path tier against the
 copy; the GPU self-check (``e2e.gpu_breaks``, ``selfcheck == "gpu"``) loads the copy in place of the module
 before vLLM imports it and runs an e2e suite. vLLM's installed files are never written. A patch whose code is
@@ -28,11 +28,8 @@ INDPTR_ZEROING = r"paged_kv_indptr_prefill_gpu\[(?::1|0)\] = 0"
 SEQ_LENS_GUARD = r"needs_seq_lens_cpu = self\.use_dcp(?P<cascade>(?: or use_cascade)?) or not all_uses_trtllm"
 
 
-def _needs_v1_padding() -> str | None:
+def _needs_v1_padding(runner: str) -> str | None:
     """Only model runner V1 replays a capped uniform decode graph with more tokens than requests x (1 + k)."""
-    from spec_decode_ci.flashinfer.harness import BuildHarness
-
-    runner = BuildHarness().cudagraph_padding.runner
     if runner == compat.V1_RUNNER:
         return None
     return (f"this vLLM runs the harness's config on {runner}, which pads a uniform decode batch to requests x "
@@ -59,8 +56,9 @@ class Patch:
     # Whether this vLLM has the code the patch undoes (a structural probe of the module, never a version): a
     # release without it has the bug natively, and the tier's verdict on that release says so.
     present: Callable[[types.ModuleType], bool] = lambda module: True
-    # Why the batches this vLLM's runner hands build() never meet the edited code (None: they do).
-    unobservable: Callable[[], str | None] = lambda: None
+    # Why the batches this vLLM's model runner (the argument) hands build() never meet the edited code (None:
+    # they do).
+    unobservable: Callable[[str], str | None] = lambda runner: None
     last_found: str = compat.NEWEST  # the newest release whose code the patch was seen to edit
     # The GPU model runner (compat.V1_RUNNER / V2_RUNNER) whose code the patch edits: it applies where that
     # runner is installed and shows only where the engine runs it (None: code both runners call).

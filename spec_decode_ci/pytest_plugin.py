@@ -151,43 +151,23 @@ def runs(request):
 
 
 @pytest.fixture(scope="session")
-def harness_cache():
-    """One real builder per (options, emulated GPU): building vLLM's config costs a second each."""
+def build_harness():
+    """A harness of any registered backend (``spec_decode_ci.backends``), one per (options, emulated GPU):
+    building vLLM's config and a real builder costs a second each. Without options: FlashInfer's defaults."""
+    from spec_decode_ci.backends import backend_for
     from spec_decode_ci.emulation import BLACKWELL, UnsupportedEmulation
-    from spec_decode_ci.flashinfer import regressions
     from spec_decode_ci.flashinfer.builder import BuilderOptions
-    from spec_decode_ci.flashinfer.harness import BuildHarness
 
     cache: dict = {}
-    module = regressions.requested()  # the self-check runs the tier against a regressed copy of vLLM's module
 
-    def get(options=None, gpu=None) -> BuildHarness:
-        key = (options or BuilderOptions(), gpu or BLACKWELL)
+    def get(options=None, gpu=None):
+        options, gpu = options if options is not None else BuilderOptions(), gpu or BLACKWELL
+        key = (type(options), options, gpu)
         if key not in cache:
             try:
-                cache[key] = BuildHarness(*key, module=module)
+                cache[key] = backend_for(options).harness(options, gpu)
             except UnsupportedEmulation as exc:
                 pytest.skip(str(exc))
         return cache[key]
-
-    return get
-
-
-@pytest.fixture(scope="session")
-def mla_harness_cache():
-    """One real MLA builder per options (one backend each), on the emulated SM100."""
-    from spec_decode_ci.flashinfer import regressions
-    from spec_decode_ci.mla.builder import MlaOptions, backend_class
-    from spec_decode_ci.mla.harness import MlaBuildHarness
-
-    cache: dict = {}
-
-    def get(options: MlaOptions) -> MlaBuildHarness:
-        if options not in cache:
-            # the self-check runs the tier against a copy of the backend's module on a regressed common MLA module
-            builder = backend_class(options.backend).get_builder_cls()
-            copies = regressions.requested_mla_backend(builder) or (None, None)
-            cache[options] = MlaBuildHarness(options, backend_module=copies[0], common_module=copies[1])
-        return cache[options]
 
     return get

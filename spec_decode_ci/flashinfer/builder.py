@@ -21,6 +21,7 @@ import torch
 
 from spec_decode_ci import compat
 from spec_decode_ci.tiny_configs import write_target
+from spec_decode_ci.buildpath.run import builder_device
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, emulated_platform
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
@@ -71,10 +72,6 @@ def _vllm_config(options: BuilderOptions):
     compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
     config.parallel_config.decode_context_parallel_size = options.dcp_world_size  # TP stays 1: no group to split
     return config
-
-
-def builder_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
 @contextmanager

@@ -8,23 +8,22 @@ Two more hardware-boundary fakes live here, each only where it must:
 
 from __future__ import annotations
 
-import re
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any
 from unittest import mock
 
 import torch
 
 from spec_decode_ci import compat
-from spec_decode_ci.flashinfer.reference import dcp_local_len
-from spec_decode_ci.flashinfer.batches import Batch, DeviceBatch, cdiv, common_attn_metadata, padded_to_cuda_graph
-from spec_decode_ci.flashinfer.builder import (
-    BuilderOptions, builder_context, builder_device, make_builder, make_vllm_config,
-)
+from spec_decode_ci.buildpath.batches import Batch, padded_to_cuda_graph
+from spec_decode_ci.buildpath.harness import BuildHarnessBase
+from spec_decode_ci.buildpath.run import PlanCall, builder_device
+from spec_decode_ci.buildpath.split import dcp_local_len
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, is_page_locked
-from spec_decode_ci.sync import HostSyncSentinel, cuda_sync_warnings, outside_sentinels
+from spec_decode_ci.flashinfer.builder import BuilderOptions, builder_context, make_builder, make_vllm_config
+from spec_decode_ci.sync import outside_sentinels
 
 
 class CopyPageIndicesOnHost:
@@ -49,13 +48,6 @@ PLAN_HOST_INPUTS = frozenset({
 })
 
 
-@dataclass
-class PlanCall:
-    wrapper: str
-    kwargs: dict[str, Any]
-    host_inputs_page_locked: dict[str, bool] = field(default_factory=dict)
-
-
 def recording_wrapper(real_cls: type, calls: list[PlanCall]) -> type:
     """A stand-in for a FlashInfer wrapper class whose ``plan()`` appends its arguments to ``calls``.
 
@@ -78,73 +70,8 @@ def recording_wrapper(real_cls: type, calls: list[PlanCall]) -> type:
     return RecordingWrapper
 
 
-def _host_by_name(path: str) -> bool:
-    """On a CPU every tensor is on the host; vLLM names its host-side buffers ``*_cpu*`` / ``.cpu``."""
-    return "cpu" in re.split(r"[._\[\]']+", path)
-
-
-def persistent_buffers(builder) -> Iterator[tuple[str, torch.Tensor, bool]]:
-    """Every tensor the builder keeps between batches, found by walking its attributes (not by name):
-    yields (path, tensor, lives_on_device). A ``CpuGpuBuffer``-like object gives a host and a device half;
-    a plain tensor is on the device if it is on a GPU or, on a CPU, unless its name says ``cpu``."""
-    seen: set[int] = set()
-
-    def walk(path: str, value: Any):
-        if id(value) in seen:
-            return
-        seen.add(id(value))
-        if isinstance(value, torch.Tensor):
-            on_device = value.device.type != "cpu" if torch.cuda.is_available() else not _host_by_name(path)
-            yield path, value, on_device
-        elif isinstance(getattr(value, "cpu", None), torch.Tensor) and isinstance(getattr(value, "gpu", None),
-                                                                                  torch.Tensor):
-            yield f"{path}.cpu", value.cpu, False
-            yield f"{path}.gpu", value.gpu, True
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                yield from walk(f"{path}[{k!r}]", v)
-        elif isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                yield from walk(f"{path}[{i}]", v)
-
-    for name, value in vars(builder).items():
-        yield from walk(name, value)
-
-
-def poison(builder, pattern: int) -> list[str]:
-    """Fill every persistent buffer with garbage; returns the paths filled.
-
-    One cell is restored: index 0 of a host-side ``*indptr`` buffer. vLLM writes host prefix sums from
-    index 1 on and relies on index 0 keeping its construction-time 0 ("0-index is always 0" in
-    flashinfer.py); no batch can change it, so garbage there would test nothing that can happen. The
-    device halves are poisoned whole: the builder must write their index 0 itself (the PR's fix zeroes it).
-    """
-    filled = []
-    for path, tensor, on_device in persistent_buffers(builder):
-        if not tensor.numel():
-            continue
-        tensor.fill_(pattern & 0xFF if tensor.dtype == torch.uint8 else pattern)
-        if not on_device and path.rsplit(".", 1)[0].endswith("indptr"):
-            tensor[0] = 0
-        filled.append(path)
-    return filled
-
-
 @dataclass
-class BuildResult:
-    metadata: Any
-    device_batch: DeviceBatch
-    plans: list[PlanCall]
-    sentinel: HostSyncSentinel | None
-    cuda_syncs: list[str] | None = None  # what CUDA's sync debug mode saw (GPU runs with a sentinel only)
-
-    @property
-    def syncs(self):
-        return self.sentinel.events if self.sentinel else []
-
-
-@dataclass
-class BuildHarness:
+class BuildHarness(BuildHarnessBase):
     options: BuilderOptions = field(default_factory=BuilderOptions)
     gpu: EmulatedGpu = BLACKWELL
     module: Any = None  # vLLM's flashinfer backend module, or a patched copy of it (self-check)
@@ -167,22 +94,20 @@ class BuildHarness:
         with self._kernel_fakes():
             return make_builder(self.options, self.gpu, module=self.module, device=self.device)
 
-    def device_batch(self, batch: Batch) -> DeviceBatch:
-        """The ``CommonAttentionMetadata`` ``build()`` is given for ``batch`` (a new one each call)."""
-        if batch.page_size != self.options.page_size:
-            raise ValueError(f"batch page size {batch.page_size} != builder page size {self.options.page_size}")
+    @property
+    def page_size(self) -> int:
+        return self.options.page_size
+
+    def local_seq_lens(self, batch: Batch) -> list[int] | None:
         o = self.options
-        local = [dcp_local_len(s, o.dcp_world_size, o.dcp_rank, self.builder.dcp_kv_cache_interleave_size)
-                 for s in batch.seq_lens] if o.dcp_world_size > 1 else None
-        return common_attn_metadata(batch, self.device, cdiv(o.max_model_len, o.page_size), local)
+        if o.dcp_world_size == 1:
+            return None
+        return [dcp_local_len(s, o.dcp_world_size, o.dcp_rank, self.builder.dcp_kv_cache_interleave_size)
+                for s in batch.seq_lens]
 
     @property
     def trtllm_decode_class(self) -> str:
         return compat.trtllm_decode_metadata_class(self.module)
-
-    @property
-    def decode_threshold(self) -> int:
-        return self.builder.reorder_batch_threshold
 
     @cached_property
     def cudagraph_padding(self) -> compat.CudaGraphPadding:
@@ -210,30 +135,12 @@ class BuildHarness:
             stack.enter_context(mock.patch.object(m, name, cls))
         return stack
 
-    def build(self, batch: Batch, watch_syncs: bool = False, builder: Any = None) -> BuildResult:
-        """``build()`` of ``builder`` (default: the harness's) on ``batch``; with ``watch_syncs``, under a fresh
-        host-sync sentinel (and, on a GPU, CUDA's sync debug mode) whose events the result carries."""
-        builder = builder or self.builder
-        device_batch = self.device_batch(batch)
+    def build_context(self) -> ExitStack:
         self._plans.clear()
-        with builder_context(self.vllm_config, self.gpu, self.module, self.options), self._kernel_fakes():
-            metadata, sentinel, cuda_syncs = run_build(builder, device_batch, self.device, watch_syncs)
-        return BuildResult(metadata, device_batch, list(self._plans), sentinel, cuda_syncs)
+        stack = ExitStack()
+        stack.enter_context(builder_context(self.vllm_config, self.gpu, self.module, self.options))
+        stack.enter_context(self._kernel_fakes())
+        return stack
 
-
-def run_build(builder, device_batch: DeviceBatch, device: torch.device, watch_syncs: bool):
-    """``builder.build()`` on ``device_batch``: (metadata, sentinel or None, what CUDA's sync debug mode saw or None).
-
-    With ``watch_syncs``, under a fresh host-sync sentinel (and, on a GPU, CUDA's sync debug mode). On a CPU
-    a sentinel always runs: it keeps device and host apart, so a device-to-host copy returns a new tensor, as
-    it does on a GPU, instead of the device tensor itself."""
-    if not watch_syncs and device.type != "cpu":
-        return builder.build(0, device_batch.common), None, None
-    sentinel = HostSyncSentinel(device_objects=(device,))
-    sentinel.tag(*device_batch.device_tensors.values())
-    sentinel.tag(*(t for _, t, on_device in persistent_buffers(builder) if on_device))
-    with sentinel, cuda_sync_warnings() as cuda_syncs:
-        metadata = builder.build(0, device_batch.common)
-    if not watch_syncs:
-        return metadata, None, None
-    return metadata, sentinel, cuda_syncs if device.type == "cuda" else None
+    def plans(self) -> list[PlanCall]:
+        return list(self._plans)

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from spec_decode_ci import compat
-from spec_decode_ci.flashinfer.batches import Batch
-from spec_decode_ci.flashinfer.harness import BuildResult, PlanCall
+from spec_decode_ci.buildpath.batches import Batch
+from spec_decode_ci.buildpath.run import BuildResult, PlanCall
 from spec_decode_ci.flashinfer.reference import PagedKvRef, TrtllmDecodeRef, TrtllmPrefillRef
 
 

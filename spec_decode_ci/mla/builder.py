@@ -21,7 +21,7 @@ import torch
 from spec_decode_ci import compat
 from spec_decode_ci.tiny_configs import write_mla_target
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, GpuAllocationsOnHost, emulated_platform
-from spec_decode_ci.flashinfer.builder import builder_device
+from spec_decode_ci.buildpath.run import builder_device
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
 

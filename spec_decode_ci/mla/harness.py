@@ -14,10 +14,9 @@ from unittest import mock
 
 import torch
 
+from spec_decode_ci.buildpath.harness import BuildHarnessBase
+from spec_decode_ci.buildpath.run import builder_device
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu
-from spec_decode_ci.flashinfer.batches import Batch, DeviceBatch, cdiv, common_attn_metadata
-from spec_decode_ci.flashinfer.builder import builder_device
-from spec_decode_ci.flashinfer.harness import BuildResult, run_build
 from spec_decode_ci.sync import outside_sentinels
 from spec_decode_ci.mla.builder import MlaOptions, builder_context, make_builder, page_size_of, vllm_config
 
@@ -37,7 +36,7 @@ class SchedulingOnHost:
 
 
 @dataclass
-class MlaBuildHarness:
+class MlaBuildHarness(BuildHarnessBase):
     options: MlaOptions = field(default_factory=MlaOptions)
     gpu: EmulatedGpu = BLACKWELL
     # The self-check's copies: the backend's module built on a regressed copy of vLLM's common MLA module.
@@ -55,10 +54,6 @@ class MlaBuildHarness:
         return make_builder(self.options, self.gpu, self.backend_module, self.device, self.common_module)
 
     @property
-    def decode_threshold(self) -> int:
-        return self.builder.reorder_batch_threshold
-
-    @property
     def require_uniform_decodes(self) -> bool:
         return self.builder.query_len_support.name != "VARLEN"
 
@@ -66,18 +61,13 @@ class MlaBuildHarness:
     def workspace_rows(self) -> int:
         return self.builder.chunked_prefill_workspace_size
 
-    def device_batch(self, batch: Batch) -> DeviceBatch:
-        if batch.page_size != self.page_size:
-            raise ValueError(f"batch page size {batch.page_size} != builder page size {self.page_size}")
-        return common_attn_metadata(batch, self.device, cdiv(self.options.max_model_len, self.page_size))
-
-    def build(self, batch: Batch, watch_syncs: bool = False, builder: Any = None) -> BuildResult:
-        device_batch = self.device_batch(batch)
+    def build_context(self) -> ExitStack:
         self.scheduling.calls.clear()
-        with builder_context(self.vllm_config, self.gpu, self.backend_module, self.common_module), torch.no_grad(), \
-                self._kernel_fakes():
-            metadata, sentinel, cuda_syncs = run_build(builder or self.builder, device_batch, self.device, watch_syncs)
-        return BuildResult(metadata, device_batch, [], sentinel, cuda_syncs)
+        stack = ExitStack()
+        stack.enter_context(builder_context(self.vllm_config, self.gpu, self.backend_module, self.common_module))
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(self._kernel_fakes())
+        return stack
 
     def _kernel_fakes(self) -> ExitStack:
         stack = ExitStack()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from spec_decode_ci import compat
-from spec_decode_ci.flashinfer.batches import Batch, cdiv
-from spec_decode_ci.flashinfer.reference import Split, cumulative
+from spec_decode_ci.buildpath.batches import Batch, cdiv
+from spec_decode_ci.buildpath.split import Split, cumulative
 from spec_decode_ci.sync import outside_sentinels
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from spec_decode_ci.emulation import EmulatedGpu
 from spec_decode_ci.flashinfer import metadata_view
-from spec_decode_ci.flashinfer.batches import Choices, random_spec_decode_batch, spec_decode_batch
+from spec_decode_ci.buildpath.batches import Choices, random_spec_decode_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.isolation import builder_settings, metadata_changes, metadata_fields
 
 pytestmark = pytest.mark.build_path
@@ -37,8 +37,8 @@ def batches(harness):
 
 
 @pytest.mark.parametrize("prefill,decode", PHASES, ids=[f"prefill={p}-decode={d}" for p, d in PHASES])
-def test_build_leaves_its_inputs_untouched(harness_cache, prefill, decode):
-    harness = harness_cache(gpu=emulated(prefill, decode))
+def test_build_leaves_its_inputs_untouched(build_harness, prefill, decode):
+    harness = build_harness(gpu=emulated(prefill, decode))
     for name, batch in batches(harness):
         before = metadata_fields(harness.device_batch(batch).common)
         result = harness.build(batch)
@@ -59,8 +59,8 @@ def random_sequence(harness, seed: int, length: int):
 
 
 @pytest.mark.parametrize("prefill,decode", PHASES, ids=[f"prefill={p}-decode={d}" for p, d in PHASES])
-def test_no_state_carried_between_builds(harness_cache, prefill, decode):
-    harness = harness_cache(gpu=emulated(prefill, decode))
+def test_no_state_carried_between_builds(build_harness, prefill, decode):
+    harness = build_harness(gpu=emulated(prefill, decode))
     long_lived = harness.fresh_builder()
     for i, batch in enumerate(random_sequence(harness, seed=PHASES.index((prefill, decode)), length=12)):
         fresh = harness.fresh_builder()

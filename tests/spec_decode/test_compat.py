@@ -58,13 +58,13 @@ def test_decode_query_len_is_none_only_without_the_field():
 
 
 @pytest.mark.build_path
-def test_every_probe_answers_on_this_vllm(harness_cache):
+def test_every_probe_answers_on_this_vllm(build_harness):
     """No probe raises on the installed vLLM, and each answers with the kind of value its callers use."""
     import vllm.v1.attention.backends.flashinfer as fi_backend
 
     assert isinstance(compat.trtllm_availability_per_phase(), bool)
     assert compat.trtllm_decode_metadata_class(fi_backend) in ("FlashInferTrtllmAPIDecode", "TRTLLMDecode")
-    assert isinstance(compat.decodes_may_be_ragged(harness_cache().builder), bool)
+    assert isinstance(compat.decodes_may_be_ragged(build_harness().builder), bool)
     assert compat.page_locking_switches(())
     assert isinstance(compat.drafter_attention_backend_settable(), bool)
     with compat.vllm_sync_check_as_errors():

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from spec_decode_ci.buildpath import split as phases
 from spec_decode_ci import compat
 from spec_decode_ci.flashinfer import metadata_view, reference
-from spec_decode_ci.flashinfer.batches import make_batch, padded_to_cuda_graph, spec_decode_batch
+from spec_decode_ci.buildpath.batches import make_batch, padded_to_cuda_graph, spec_decode_batch
 
 pytestmark = pytest.mark.build_path
 
@@ -34,20 +35,19 @@ def padded_batches(harness):
 
 
 def real_query_ranges(batch, num_decodes: int) -> list[tuple[int, int]]:
-    start = reference.cumulative(batch.query_lens)
+    start = phases.cumulative(batch.query_lens)
     return [(start[i], start[i + 1]) for i in range(min(num_decodes, batch.num_reqs))]
 
 
 @pytest.mark.parametrize("page", [16, 64])
-def test_padded_batches_describe_exactly_the_real_requests(harness_cache, page):
+def test_padded_batches_describe_exactly_the_real_requests(build_harness, page):
     from spec_decode_ci.flashinfer.builder import BuilderOptions
 
-    harness = harness_cache(BuilderOptions(page_size=page))
-    k = harness.options.num_spec_tokens
+    harness = build_harness(BuilderOptions(page_size=page))
     for name, batch in padded_batches(harness):
         result = harness.build(batch, watch_syncs=True)  # an assertion in build() fails here, with the batch
         m = result.metadata
-        real = reference.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+        real = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
         assert m.num_prefills == real.num_prefills, name
         # padded tokens ride with the prefill tokens (num_actual_tokens counts them), never with real decodes
         assert m.num_prefill_tokens in (real.num_prefill_tokens, real.num_prefill_tokens + batch.padded_tokens), name
@@ -68,13 +68,13 @@ def test_padded_batches_describe_exactly_the_real_requests(harness_cache, page):
         assert view.block_tables == reference.trtllm_decode(batch, real).block_tables, name
 
 
-def test_padding_follows_the_runner(harness_cache):
+def test_padding_follows_the_runner(build_harness):
     """The padded layout: zero-length requests and padded tokens filled as this vLLM's runner fills them."""
-    from spec_decode_ci.flashinfer.batches import common_attn_metadata
+    from spec_decode_ci.buildpath.batches import common_attn_metadata
 
     import torch
 
-    harness = harness_cache()
+    harness = build_harness()
     pad = harness.cudagraph_padding
     assert pad.runner in (compat.V1_RUNNER, compat.V2_RUNNER)
     batch = padded_to_cuda_graph(make_batch([4, 4, 4], [20, 5, 33], 16), 20, 4, 64, pad)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from spec_decode_ci.buildpath import split as phases
 from spec_decode_ci.emulation import EmulatedGpu
 from spec_decode_ci.flashinfer import metadata_view, reference
-from spec_decode_ci.flashinfer.batches import make_batch, spec_decode_batch
+from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.builder import BuilderOptions
 from spec_decode_ci.flashinfer.isolation import metadata_changes, metadata_fields
 from spec_decode_ci.flashinfer.metadata_view import planned_paged_kv
@@ -33,28 +34,28 @@ def batches(harness):
 
 @pytest.mark.parametrize("decode", ["trtllm", "native"])
 @pytest.mark.parametrize("world,rank", RANKS, ids=[f"world{w}-rank{r}" for w, r in RANKS])
-def test_rank_local_metadata(harness_cache, world, rank, decode):
-    check_rank(harness_cache, BuilderOptions(dcp_world_size=world, dcp_rank=rank), decode)
+def test_rank_local_metadata(build_harness, world, rank, decode):
+    check_rank(build_harness, BuilderOptions(dcp_world_size=world, dcp_rank=rank), decode)
 
 
 @pytest.mark.parametrize("decode", ["trtllm", "native"])
 @pytest.mark.parametrize("rank", [0, 1])
-def test_rank_local_metadata_without_speculation(harness_cache, rank, decode):
+def test_rank_local_metadata_without_speculation(build_harness, rank, decode):
     """Without draft tokens the runner's host seq lens are exact and the builder reads them directly: the
     shared buffer is then the one a careless in-place adjustment would write into."""
-    check_rank(harness_cache, BuilderOptions(dcp_world_size=2, dcp_rank=rank, num_spec_tokens=0), decode)
+    check_rank(build_harness, BuilderOptions(dcp_world_size=2, dcp_rank=rank, num_spec_tokens=0), decode)
 
 
-def check_rank(harness_cache, options: BuilderOptions, decode: str) -> None:
+def check_rank(build_harness, options: BuilderOptions, decode: str) -> None:
     world, rank = options.dcp_world_size, options.dcp_rank
     # TRTLLM prefill is never chosen under DCP: the prefill runs the native DCP context pass.
     gpu = EmulatedGpu(trtllm_prefill=False, trtllm_decode=decode == "trtllm")
-    harness = harness_cache(options, gpu)
+    harness = build_harness(options, gpu)
     assert harness.builder.dcp_world_size == world and harness.builder.dcp_rank == rank
     interleave = harness.builder.dcp_kv_cache_interleave_size
 
     def local(lens):
-        return [reference.dcp_local_len(s, world, rank, interleave) for s in lens]
+        return [phases.dcp_local_len(s, world, rank, interleave) for s in lens]
 
     for name, batch in batches(harness):
         before = metadata_fields(harness.device_batch(batch).common)
@@ -62,7 +63,7 @@ def check_rank(harness_cache, options: BuilderOptions, decode: str) -> None:
         changes = metadata_changes(before, result.device_batch.common, harness.device_batch(batch).common)
         assert not changes, f"{name}: build() changed the shared metadata:\n" + "\n".join(changes)
 
-        split = reference.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+        split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
         m, n = result.metadata, split.num_decodes
         plans = {c.wrapper: c for c in result.plans}
         if n and decode == "trtllm":
@@ -79,7 +80,7 @@ def check_rank(harness_cache, options: BuilderOptions, decode: str) -> None:
             expected = reference.paged_kv(batch, n, batch.num_reqs, local(contexts))
             assert planned == expected, (name, batch.describe())
             new_tokens = plans["BatchPrefillWithRaggedKVCacheWrapper"].kwargs  # the new tokens attend to themselves
-            queries = reference.cumulative(batch.query_lens[n:])
+            queries = phases.cumulative(batch.query_lens[n:])
             assert metadata_view.as_list(new_tokens["qo_indptr"]) == queries
             assert metadata_view.as_list(new_tokens["kv_indptr"]) == queries
 
@@ -88,5 +89,5 @@ def test_local_lengths_deal_every_token_to_one_rank():
     for world in (2, 4):
         for interleave in (1, 16):
             for seq_len in (0, 1, 5, 16, 17, 63, 64, 65, 1000):
-                shares = [reference.dcp_local_len(seq_len, world, r, interleave) for r in range(world)]
+                shares = [phases.dcp_local_len(seq_len, world, r, interleave) for r in range(world)]
                 assert sum(shares) == seq_len and max(shares) - min(shares) <= interleave

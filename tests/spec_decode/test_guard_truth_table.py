@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from spec_decode_ci.flashinfer.batches import spec_decode_batch
+from spec_decode_ci.buildpath.batches import spec_decode_batch
 from spec_decode_ci.emulation import EmulatedGpu
 
 pytestmark = pytest.mark.build_path
@@ -32,10 +32,10 @@ def case_id(case) -> str:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
-def test_guard(harness_cache, case):
+def test_guard(build_harness, case):
     has_prefill, has_decode, prefill_path, decode_path = case
     gpu = EmulatedGpu(trtllm_prefill=prefill_path == "trtllm", trtllm_decode=decode_path == "trtllm")
-    harness = harness_cache(gpu=gpu)
+    harness = build_harness(gpu=gpu)
     k = harness.options.num_spec_tokens
     # A decode has at most the builder's reorder threshold of query tokens: 1 + k with a TRTLLM decode, else 1.
     batch = spec_decode_batch(3 if has_decode else 0, 2 if has_prefill else 0, k, harness.options.page_size,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from spec_decode_ci.flashinfer import reference as split_reference
-from spec_decode_ci.flashinfer.batches import make_batch, spec_decode_batch
-from spec_decode_ci.flashinfer.harness import persistent_buffers, poison
+from spec_decode_ci.buildpath import split as phases
+from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
+from spec_decode_ci.buildpath.run import persistent_buffers, poison
 from spec_decode_ci.mla import reference
 from spec_decode_ci.mla.builder import MlaOptions
 
@@ -61,14 +61,14 @@ def batch_for(harness, mix: str, seed: int = 5):
 
 
 def check_reference(harness, batch, result) -> None:
-    split = split_reference.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+    split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
     view = reference.view(result.metadata, batch)
     largest = view.pop("largest_context_chunk", 0)
     assert view == reference.expected(batch, split), batch.describe()
     assert largest <= harness.workspace_rows, f"a context chunk of {largest} rows > workspace {harness.workspace_rows}"
     decode_starts = reference.decode_query_start(result.metadata) if split.num_decodes else None
     if decode_starts is not None:  # a varlen decode kernel reads each request's queries from these offsets
-        assert decode_starts == split_reference.cumulative(batch.query_lens[:split.num_decodes])
+        assert decode_starts == phases.cumulative(batch.query_lens[:split.num_decodes])
     if harness.scheduling.calls:  # FlashMLA schedules the decodes' KV from their lengths and queries per KV head
         seq_lens, queries_per_head, kv_heads = harness.scheduling.calls[-1]
         assert seq_lens == list(batch.seq_lens[:split.num_decodes])
@@ -84,9 +84,9 @@ def test_vllm_offers_a_testable_dense_mla_backend_on_sm100():
 
 @pytest.mark.parametrize("mix", list(MIXES))
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
-def test_build_does_not_sync(mla_harness_cache, backend, mix):
+def test_build_does_not_sync(build_harness, backend, mix):
     """No host sync in build() for any phase mix: the prefill path reads the runner's host lengths."""
-    harness = mla_harness_cache(MlaOptions(backend=backend))
+    harness = build_harness(MlaOptions(backend=backend))
     batch = batch_for(harness, mix)
     result = harness.build(batch, watch_syncs=True)
     if result.cuda_syncs is not None:
@@ -96,19 +96,19 @@ def test_build_does_not_sync(mla_harness_cache, backend, mix):
 
 @pytest.mark.parametrize("mix", list(MIXES))
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
-def test_fields_equal_reference(mla_harness_cache, backend, mix):
+def test_fields_equal_reference(build_harness, backend, mix):
     """Decode and prefill split, each request's pages and lengths, prefill query offsets, and the context the
     chunks gather (each prefill's tokens before its queries, once, in order, within the workspace)."""
-    harness = mla_harness_cache(MlaOptions(backend=backend))
+    harness = build_harness(MlaOptions(backend=backend))
     batch = batch_for(harness, mix)
     check_reference(harness, batch, harness.build(batch))
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
-def test_poison_does_not_reach_the_kernels(mla_harness_cache, backend):
+def test_poison_does_not_reach_the_kernels(build_harness, backend):
     """Garbage in every persistent buffer of a builder that has already built must not change what the next
     builds hand the kernels, whatever the phase mix."""
-    harness = mla_harness_cache(MlaOptions(backend=backend))
+    harness = build_harness(MlaOptions(backend=backend))
     builder = harness.fresh_builder()
     harness.build(batch_for(harness, "mixed", seed=1), builder=builder)  # buffers made on first use exist now
     assert any(True for _ in persistent_buffers(builder)), "the walk found no persistent buffer"
@@ -124,10 +124,10 @@ def test_poison_does_not_reach_the_kernels(mla_harness_cache, backend):
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
-def test_random_batches(mla_harness_cache, backend):
+def test_random_batches(build_harness, backend):
     """Random spec-decode batches (ragged and uniform decodes, prefills with and without context, page
     boundaries): no host sync, reference equality, poison invariance. Derandomized."""
-    harness = mla_harness_cache(MlaOptions(backend=backend))
+    harness = build_harness(MlaOptions(backend=backend))
 
     @settings(max_examples=25, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -3,8 +3,8 @@ an overlap or a repeat cannot look like full coverage."""
 
 from __future__ import annotations
 
-from spec_decode_ci.flashinfer.batches import make_batch
-from spec_decode_ci.flashinfer.reference import split
+from spec_decode_ci.buildpath.batches import make_batch
+from spec_decode_ci.buildpath.split import split
 from spec_decode_ci.mla import reference
 
 

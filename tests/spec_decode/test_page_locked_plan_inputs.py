@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from spec_decode_ci.emulation import EmulatedGpu
-from spec_decode_ci.flashinfer.batches import spec_decode_batch
+from spec_decode_ci.buildpath.batches import spec_decode_batch
 
 pytestmark = pytest.mark.build_path
 
@@ -17,8 +17,8 @@ NATIVE_PAGE_LOCKING = EmulatedGpu(trtllm_prefill=False, trtllm_decode=False, pag
 
 
 @pytest.mark.parametrize("decodes,prefills", [(3, 3), (4, 0), (0, 3)], ids=["mixed", "decode-only", "prefill-only"])
-def test_plan_host_inputs_are_page_locked(harness_cache, decodes, prefills):
-    harness = harness_cache(gpu=NATIVE_PAGE_LOCKING)
+def test_plan_host_inputs_are_page_locked(build_harness, decodes, prefills):
+    harness = build_harness(gpu=NATIVE_PAGE_LOCKING)
     batch = spec_decode_batch(decodes, prefills, harness.options.num_spec_tokens, harness.options.page_size,
                               seed=31, decode_query_len=harness.decode_threshold)
     result = harness.build(batch)

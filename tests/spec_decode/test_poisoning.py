@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from spec_decode_ci.buildpath import split as phases
 from spec_decode_ci.flashinfer import metadata_view, reference
-from spec_decode_ci.flashinfer.batches import spec_decode_batch
-from spec_decode_ci.flashinfer.harness import persistent_buffers, poison
+from spec_decode_ci.buildpath.batches import spec_decode_batch
+from spec_decode_ci.buildpath.run import persistent_buffers, poison
 from spec_decode_ci.emulation import EmulatedGpu
 
 pytestmark = pytest.mark.build_path
@@ -26,16 +27,16 @@ def poisoned_snapshot(harness, batch, pattern):
     return metadata_view.snapshot(harness.build(batch), batch), filled
 
 
-def test_discovery_finds_device_and_host_buffers(harness_cache):
-    found = {path: on_device for path, _, on_device in persistent_buffers(harness_cache().builder)}
+def test_discovery_finds_device_and_host_buffers(build_harness):
+    found = {path: on_device for path, _, on_device in persistent_buffers(build_harness().builder)}
     assert any(found.values()) and not all(found.values()), found
     assert found.get("paged_kv_indptr.gpu") is True  # the buffer of the PR's stale read, found by the walk
 
 
 @pytest.mark.parametrize("prefill,decode", [("trtllm", "trtllm"), ("native", "trtllm"), ("native", "native"),
                                             ("trtllm", "native")])
-def test_poison_does_not_reach_the_kernels(harness_cache, prefill, decode):
-    harness = harness_cache(gpu=EmulatedGpu(trtllm_prefill=prefill == "trtllm", trtllm_decode=decode == "trtllm"))
+def test_poison_does_not_reach_the_kernels(build_harness, prefill, decode):
+    harness = build_harness(gpu=EmulatedGpu(trtllm_prefill=prefill == "trtllm", trtllm_decode=decode == "trtllm"))
     batch = spec_decode_batch(3, 3, harness.options.num_spec_tokens, harness.options.page_size, seed=11,
                               decode_query_len=harness.decode_threshold)
     first, filled = poisoned_snapshot(harness, batch, POISON_A)
@@ -43,7 +44,7 @@ def test_poison_does_not_reach_the_kernels(harness_cache, prefill, decode):
     assert "paged_kv_indptr.gpu" in filled
     assert first == second, "metadata depends on stale buffer contents"
 
-    split = reference.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+    split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
     if prefill == "trtllm":
         assert first["trtllm_prefill"] == reference.trtllm_prefill(batch, split)
     if decode == "trtllm":

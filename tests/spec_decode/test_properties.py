@@ -7,9 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from spec_decode_ci.buildpath import split as phases
 from spec_decode_ci.flashinfer import metadata_view, reference
-from spec_decode_ci.flashinfer.batches import Choices, random_spec_decode_batch
-from spec_decode_ci.flashinfer.harness import poison
+from spec_decode_ci.buildpath.batches import Choices, random_spec_decode_batch
+from spec_decode_ci.buildpath.run import poison
 from spec_decode_ci.flashinfer.builder import BuilderOptions
 
 pytestmark = pytest.mark.build_path
@@ -37,7 +38,7 @@ def spec_decode_batches(draw, page_size: int, num_spec_tokens: int):
 
 
 def check_batch(harness, batch):
-    split = reference.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+    split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
     poison(harness.builder, 0x5A5A5A5A)
     first = harness.build(batch, watch_syncs=True)
     poison(harness.builder, -77)
@@ -53,8 +54,8 @@ def check_batch(harness, batch):
 
 
 @pytest.mark.parametrize("page_size", PAGE_SIZES)
-def test_random_batches(harness_cache, page_size):
-    harness = harness_cache(BuilderOptions(page_size=page_size))
+def test_random_batches(build_harness, page_size):
+    harness = build_harness(BuilderOptions(page_size=page_size))
 
     @settings(max_examples=40, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from spec_decode_ci.buildpath import split as phases
 from spec_decode_ci import compat
 from spec_decode_ci.flashinfer import metadata_view, reference
-from spec_decode_ci.flashinfer.batches import make_batch, spec_decode_batch
+from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.builder import BuilderOptions
 
 pytestmark = pytest.mark.build_path
@@ -26,12 +27,12 @@ def batches(page: int, k: int):
 
 
 @pytest.mark.parametrize("page", PAGE_SIZES)
-def test_trtllm_fields_equal_reference(harness_cache, page):
-    harness = harness_cache(BuilderOptions(page_size=page))
+def test_trtllm_fields_equal_reference(build_harness, page):
+    harness = build_harness(BuilderOptions(page_size=page))
     k = harness.options.num_spec_tokens
     for name, batch in batches(page, k):
         result = harness.build(batch)
-        split = reference.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+        split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
         m = result.metadata
         assert (m.num_decodes, m.num_prefills, m.num_decode_tokens, m.num_prefill_tokens) == (
             split.num_decodes, split.num_prefills, split.num_decode_tokens, split.num_prefill_tokens), name
@@ -51,8 +52,8 @@ def test_trtllm_fields_equal_reference(harness_cache, page):
 
 def test_reference_split_matches_the_runner_layout():
     batch = make_batch([4, 4, 4, 9, 2], [10, 20, 30, 40, 50], 16)
-    assert reference.split(batch, 4, require_uniform=True) == reference.Split(3, 2, 12, 11)
-    assert reference.split(batch, 4, require_uniform=False) == reference.Split(3, 2, 12, 11)
+    assert phases.split(batch, 4, require_uniform=True) == phases.Split(3, 2, 12, 11)
+    assert phases.split(batch, 4, require_uniform=False) == phases.Split(3, 2, 12, 11)
     ragged = make_batch([4, 2, 9], [10, 20, 40], 16)
-    assert reference.split(ragged, 4, require_uniform=True).num_decodes == 1
-    assert reference.split(ragged, 4, require_uniform=False).num_decodes == 2
+    assert phases.split(ragged, 4, require_uniform=True).num_decodes == 1
+    assert phases.split(ragged, 4, require_uniform=False).num_decodes == 2

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from spec_decode_ci.flashinfer.regressions import ENV, patched_backend
+from spec_decode_ci.buildpath.regressions import ENV, patched_backend
 from spec_decode_ci.patches import REGRESSIONS
 
 pytestmark = pytest.mark.selfcheck
@@ -53,12 +53,12 @@ def test_control_is_green(control):
 
 
 @pytest.mark.parametrize("regression", sorted(set(REGRESSIONS) - {"none"}))
-def test_tier_verdict_under_regression(regression, green_control):
+def test_tier_verdict_under_regression(regression, green_control, build_harness):
     original = importlib.import_module(REGRESSIONS[regression].module)
     if not REGRESSIONS[regression].present(original):
         pytest.skip(f"this vLLM lacks the code {regression!r} undoes: the bug it reintroduces either cannot arise "
                     f"here or is native to this release (the tier's own verdict says which)")
-    unobservable = REGRESSIONS[regression].unobservable()
+    unobservable = REGRESSIONS[regression].unobservable(build_harness().cudagraph_padding.runner)
     if unobservable:
         pytest.skip(f"{regression!r} cannot show on this vLLM: {unobservable}")
     patched_backend(regression)  # fails here, clearly, if vLLM's code no longer has what the regression edits

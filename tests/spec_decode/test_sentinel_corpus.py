@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from spec_decode_ci.sync_corpus import CORPUS, OPS, Snippet, inputs, measure, unrecorded
-from spec_decode_ci.sync import CUDA_SYNC_WARNING, HostSyncSentinel
+from spec_decode_ci.sync import HostSyncSentinel
 
 pytestmark = pytest.mark.sentinel
 

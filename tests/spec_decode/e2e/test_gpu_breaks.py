@@ -57,7 +57,7 @@ def test_installed_host_sync_break_is_seen_by_the_sentinel_and_leaves_the_file_a
         gpu_breaks.install("host_sync_in_build")
         import vllm.v1.attention.backends.flashinfer as fi
         assert getattr(fi, gpu_breaks.MARKER) == "host_sync_in_build"
-        from spec_decode_ci.flashinfer.batches import spec_decode_batch
+        from spec_decode_ci.buildpath.batches import spec_decode_batch
         from spec_decode_ci.flashinfer.harness import BuildHarness
         h = BuildHarness()
         result = h.build(spec_decode_batch(3, 2, 3, 16, seed=1, decode_query_len=4), watch_syncs=True)

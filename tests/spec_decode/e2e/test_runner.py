@@ -6,18 +6,18 @@ import pytest
 
 from spec_decode_ci.e2e.runner import BuildLog, observed_builds
 from spec_decode_ci.emulation import EmulatedGpu
-from spec_decode_ci.flashinfer.batches import spec_decode_batch
+from spec_decode_ci.buildpath.batches import spec_decode_batch
 
 pytestmark = pytest.mark.e2e_offline
 
 
-def test_mixed_batches_counted_as_scheduled_whatever_the_builder_calls_them(harness_cache):
+def test_mixed_batches_counted_as_scheduled_whatever_the_builder_calls_them(build_harness):
     """Speculative decode steps (1 + k tokens) beside prefill chunks are a mixed batch. With TRTLLM decode the
     builder agrees; without it (Hopper) the builder calls every decode step a prefill, and the count must not
     follow it."""
     for gpu, builder_view in [(EmulatedGpu(), (2, 3)), (EmulatedGpu(trtllm_prefill=False, trtllm_decode=False),
                                                          (5, 0))]:
-        harness = harness_cache(gpu=gpu)
+        harness = build_harness(gpu=gpu)
         k = harness.options.num_spec_tokens
         log = BuildLog()
         with observed_builds(log, 1 + k):
@@ -28,8 +28,8 @@ def test_mixed_batches_counted_as_scheduled_whatever_the_builder_calls_them(harn
         assert (log.mixed_batches, log.builder_mixed_batches) == (1, int(all(builder_view)))
 
 
-def test_padded_requests_are_neither_prefill_nor_decode(harness_cache):
-    harness = harness_cache()
+def test_padded_requests_are_neither_prefill_nor_decode(build_harness):
+    harness = build_harness()
     k = harness.options.num_spec_tokens
     batch = harness.padded(spec_decode_batch(3, 0, k, harness.options.page_size, seed=5, decode_query_len=1 + k),
                            8 * (1 + k))

@@ -152,10 +152,8 @@ def test_eagle1_head_proposes_by_the_rule_and_depends_on_position(tmp_path, head
 @pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_eagle3_heads.items()))
 def test_eagle3_first_proposal_is_the_rules_choice(tmp_path, head, target):
     """The head's first proposal read off its weights (fc of aux state 0, the target's embedding of token t;
-    head 1 copying token t+1's first factor at its peak; the damped rest nothing) is the rule's choice after
+    head 1 copying token t+1's first factor at its peak; the MLP nothing) is the rule's choice after
     (token t, token t+1) at every drafting step of the target's run."""
-    import torch
-
     from spec_decode_ci.e2e.tiny_models import EAGLE3_AUX_LAYERS, write_eagle3_weights
 
     assert EAGLE3_AUX_LAYERS[0] == 0, "the first aux state must be the target's input embedding"
@@ -231,7 +229,7 @@ TRITON_ATTENTION_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttenti
 def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, target):
     """vLLM reads the tiny speculators checkpoint through its speculators config path (the smoke case's engine
     arguments), its own EAGLE-3 class loads every weight (none left unset), and that model's
-    first proposal (fc of the aux states, the damped layer left out, logits mapped through the checkpoint's
+    first proposal (fc of the aux states plus head 1's copy of the current token's factor, logits mapped through the checkpoint's
     draft vocabulary) is the rule's choice at every drafting step of the target's run."""
     import torch
     from safetensors.torch import load_file
