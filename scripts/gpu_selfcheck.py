@@ -11,29 +11,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import time
 
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from spec_decode_ci.pytest_run import run_pytest
 from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs
 
 
 
 def run_suite(suites: tuple[str, ...], brk: str | None) -> tuple[int, set[str], float, str]:
-    env = {**os.environ, ENV: brk or ""}
-    env.setdefault("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
-                           "-p", "spec_decode_ci.e2e.gpu_breaks", "-p", "spec_decode_ci.pytest_plugin",
-                           "-m", "e2e", "--pyargs", *suites],
-                          env=env, capture_output=True, text=True)
-    failed = set(re.findall(r"^FAILED \S*?::(?:\w+::)?(\S+)", proc.stdout, re.M))
-    return proc.returncode, failed, time.perf_counter() - start, proc.stdout[-2500:]
+    env = {ENV: brk or "", "SPEC_DECODE_E2E_CONFIG": os.environ.get("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")}
+    run = run_pytest(*suites, marker="e2e", plugins=("spec_decode_ci.e2e.gpu_breaks",), env=env)
+    return run.returncode, run.red, run.wall_s, run.tail(2500)
 
 
 def short(suites: tuple[str, ...]) -> str:

@@ -4,24 +4,20 @@ drive this vLLM; tests that do not depend on it still pass."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
+from spec_decode_ci.pytest_run import run_pytest
 from spec_decode_ci.suites.vllm_changes import HIDE_ENV, RENAME_ENV
 
 pytestmark = pytest.mark.build_path
 
 
 def run_changed(env: dict[str, str], *modules: str, workers: int = 0) -> tuple[int, str]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", *(["-n", str(workers)] if workers else []), "-p", "no:cacheprovider", "-p", "no:warnings",
-                           "-p", "spec_decode_ci.suites.vllm_changes", "-p", "spec_decode_ci.pytest_plugin",
-                           "-m", "build_path", "--pyargs", *(f"spec_decode_ci.suites.{m}" for m in modules)],
-                          env={**os.environ, **env}, capture_output=True, text=True)
-    return proc.returncode, proc.stdout
+    run = run_pytest(*(f"spec_decode_ci.suites.{m}" for m in modules), marker="build_path", env=env,
+                     plugins=("spec_decode_ci.suites.vllm_changes",), workers=workers)
+    return run.returncode, run.output
 
 
 def outcomes(output: str) -> dict[str, int]:

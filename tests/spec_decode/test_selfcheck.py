@@ -5,25 +5,17 @@ unchanged copies must stay green."""
 from __future__ import annotations
 
 import importlib
-import os
-import re
-import subprocess
-import sys
 
 import pytest
 
 from spec_decode_ci.buildpath.regressions import ENV, patched_backend
 from spec_decode_ci.patches import REGRESSIONS
+from spec_decode_ci.pytest_run import run_pytest
 
 pytestmark = pytest.mark.selfcheck
 def run_tier(regression: str) -> tuple[int, set[str], str]:
-    env = {**os.environ, ENV: regression}
-    tier = REGRESSIONS[regression].suites
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:warnings",
-                           "-p", "spec_decode_ci.pytest_plugin", "-m", "build_path", "--pyargs", *tier],
-                          env=env, capture_output=True, text=True)
-    failed = set(re.findall(r"^(?:FAILED|ERROR) \S*?::(\S+)", proc.stdout, re.M))
-    return proc.returncode, failed, proc.stdout[-3000:]
+    run = run_pytest(*REGRESSIONS[regression].suites, marker="build_path", env={ENV: regression})
+    return run.returncode, run.red, run.tail()
 
 
 class SelfCheckRefused(RuntimeError):

@@ -4,7 +4,6 @@ installed break changes vLLM's behaviour in this process without touching the in
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from spec_decode_ci.e2e.gpu_breaks import (
 )
 from spec_decode_ci.emulation import emulated_platform
 from spec_decode_ci.patches import PatchDoesNotApply, gpu_break
+from spec_decode_ci.pytest_run import run_pytest
 
 pytestmark = pytest.mark.e2e_offline
 
@@ -74,14 +74,10 @@ def test_installed_vocabulary_break_turns_the_speculators_construction_red():
     construction = Path(__file__).with_name("test_tiny_models.py")
 
     def run(brk: str | None):
-        env = {k: v for k, v in os.environ.items() if k != ENV}
-        env.update({ENV: brk} if brk else {})
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
-                               "-p", "spec_decode_ci.e2e.gpu_breaks", "-p", "spec_decode_ci.pytest_plugin",
-                               str(construction), "-k", "speculators"],
-                              capture_output=True, text=True, env=env)
+        return run_pytest(str(construction), plugins=("spec_decode_ci.e2e.gpu_breaks",), env={ENV: brk or ""},
+                          extra=("-k", "speculators"))
 
     broken = run("draft_vocab_unmapped")
-    assert broken.returncode == 1 and "first proposal right on 0/" in broken.stdout, broken.stdout[-3000:]
+    assert broken.returncode == 1 and "first proposal right on 0/" in broken.output, broken.tail()
     control = run(None)
-    assert control.returncode == 0, control.stdout[-3000:]
+    assert control.returncode == 0, control.tail()
