@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from spec_decode_ci.generator.errors import InputError
-from spec_decode_ci.generator.model import BUILDKITE_KEY_RE, VLLM_NIGHTLY, AreaStep, Device, Matrix, Suite
+from spec_decode_ci.generator.model import VLLM_NIGHTLY, Device, Matrix, Suite
+from spec_decode_ci.generator.steps import BUILDKITE_KEY_RE, AreaStep
 from spec_decode_ci.generator.names import CAPABILITIES_ENV, DEVICE_ENV
 from spec_decode_ci.generator.routing import Image, image_for, queue_for
 

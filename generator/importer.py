@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from spec_decode_ci.generator.load import Document, join
-from spec_decode_ci.generator.model import Device, Section, parse_step, text, text_list
+from spec_decode_ci.generator.model import Device
+from spec_decode_ci.generator.readers import Section, text, text_list
+from spec_decode_ci.generator.steps import RENAMED, parse_step
 from spec_decode_ci.generator.render import plain_fields, yaml_block
 
 TOP_KEYS = ("group", "depends_on", "steps")
@@ -38,7 +40,7 @@ def _device_strings(doc: Document) -> list[str]:
 
 def import_test_area(doc: Document) -> str:
     """The matrix text for the test-area file ``doc``; raises a located ``InputError`` on what it cannot carry."""
-    top = Section(doc, "", "a test-area file", TOP_KEYS)
+    top = Section(doc, "", "a test-area file", TOP_KEYS, renamed=RENAMED)
     group = top.get("group", text)
     depends_on = top.get("depends_on", text_list())
     raw_steps = top.get("steps", lambda d, p, v: v, required=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from spec_decode_ci.generator.names import CAPABILITIES_ENV, DEVICE_ENV, MATRIX_NAME
@@ -42,14 +41,6 @@ def find_checkout() -> Path | None:
     """The spec-decode-ci checkout this runs in (where its hardware matrix is), or None from an install alone."""
     matrix = find_matrix()
     return matrix.parent if matrix is not None else None
-
-
-@lru_cache(maxsize=4)
-def load_matrix(path: Path):
-    from spec_decode_ci.generator.load import read_document
-    from spec_decode_ci.generator.model import parse_matrix
-
-    return parse_matrix(read_document(path))
 
 
 def match_device(matrix, gpu_name: str | None, memory_gib: float | None) -> str | None:
@@ -88,6 +79,8 @@ def this_machine() -> Machine:
     path = find_matrix()
     if path is None:
         return Machine(named, frozenset(), f"no {MATRIX_NAME} found and {CAPABILITIES_ENV} unset")
+    from spec_decode_ci.generator.model import load_matrix  # the generator's model: imported where it is read
+
     matrix = load_matrix(path)
     if named:
         if named not in matrix.devices:

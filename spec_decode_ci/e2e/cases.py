@@ -11,7 +11,7 @@ from typing import Any
 
 from spec_decode_ci import compat
 from spec_decode_ci.generator.load import read_document
-from spec_decode_ci.generator.model import Section, boolean, integer, number, one_of, section, text, text_list
+from spec_decode_ci.generator.readers import Section, boolean, integer, number, one_of, section, text, text_list
 from spec_decode_ci.tiny_configs import FAMILIES
 
 CONFIG_PATH = Path(__file__).resolve().parent / "cases.yaml"
@@ -137,7 +137,7 @@ def _names(top: Section, key: str, what: str, value_reader) -> dict[str, str]:
     if mapping is None:
         return {}
     names = {name: value_reader(top.doc, f"{key}.{name}", value) for name, value in mapping.data.items()}
-    mapping.allowed += list(names)
+    mapping.declare(*names)
     mapping.finish()
     return names
 
@@ -176,7 +176,7 @@ def parse(path: Path) -> SuiteConfig:
         for i, case_id in enumerate(ids):
             if case_id in ids[:i]:
                 raise doc.error(f"suites.{name}.{i}.id", f"duplicate case id {case_id!r}")
-    suites_section.allowed += list(suites)
+    suites_section.declare(*suites)
     suites_section.finish()
     tiny_models = _names(top, "tiny_models", "tiny models by name", one_of(FAMILIES))
     heads: dict[str, dict[str, str]] = {}
