@@ -14,13 +14,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 from unittest import mock
 
 import torch
 
 from spec_decode_ci import compat
 from spec_decode_ci.tiny_configs import write_target
+from spec_decode_ci.buildpath.options import SpecDecodeOptions
 from spec_decode_ci.buildpath.run import builder_device
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, emulated_platform
 
@@ -28,31 +29,16 @@ LAYER_NAME = "model.layers.0.self_attn.attn"
 
 
 @dataclass(frozen=True)
-class BuilderOptions:
+class BuilderOptions(SpecDecodeOptions):
     page_size: int = 16
     num_heads: int = 8
     num_kv_heads: int = 2
     head_size: int = 64
-    num_spec_tokens: int = 3  # 0: no speculation
-    max_num_seqs: int = 64
-    max_model_len: int = 4096
     kv_cache_layout: str = "HND"  # TRTLLM kernels read HND
     # Decode context parallel: this builder is rank ``dcp_rank`` of ``dcp_world_size`` (1: no DCP), emulated at
     # the process-group boundary.
     dcp_world_size: int = 1
     dcp_rank: int = 0
-
-
-def engine_args_kwargs(model_dir: Path, options: BuilderOptions) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(
-        model=str(model_dir), skip_tokenizer_init=True, block_size=options.page_size,
-        max_num_seqs=options.max_num_seqs, max_model_len=options.max_model_len, dtype="bfloat16",
-    )
-    if options.num_spec_tokens:
-        kwargs["speculative_config"] = {
-            "method": "draft_model", "model": str(model_dir), "num_speculative_tokens": options.num_spec_tokens,
-        }
-    return kwargs
 
 
 def make_vllm_config(options: BuilderOptions):
@@ -68,7 +54,8 @@ def _vllm_config(options: BuilderOptions):
     with tempfile.TemporaryDirectory(prefix="spec-decode-ci-tiny-") as base, emulated_platform(BLACKWELL):
         model_dir = write_target(Path(base) / "tiny-llama", "llama", options.max_model_len, heads=options.num_heads,
                                  kv_heads=options.num_kv_heads, head_dim=options.head_size, layers=1)
-        config = EngineArgs(**engine_args_kwargs(model_dir, options)).create_engine_config()
+        speculation = {"method": "draft_model", "model": str(model_dir)}
+        config = EngineArgs(**options.engine_kwargs(model_dir, options.page_size, speculation)).create_engine_config()
     compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
     config.parallel_config.decode_context_parallel_size = options.dcp_world_size  # TP stays 1: no group to split
     return config

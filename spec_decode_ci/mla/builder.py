@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+import dataclasses
 import tempfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -21,22 +22,20 @@ import torch
 from spec_decode_ci import compat
 from spec_decode_ci.tiny_configs import write_mla_target
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, GpuAllocationsOnHost, emulated_platform
+from spec_decode_ci.buildpath.options import SpecDecodeOptions
 from spec_decode_ci.buildpath.run import builder_device
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
 
 
 @dataclass(frozen=True)
-class MlaOptions:
+class MlaOptions(SpecDecodeOptions):
     backend: str = "FLASHINFER_MLA"  # an AttentionBackendEnum name
     num_heads: int = 16
     kv_lora_rank: int = 512
     qk_nope_head_dim: int = 128
     qk_rope_head_dim: int = 64
     v_head_dim: int = 128
-    num_spec_tokens: int = 3
-    max_num_seqs: int = 64
-    max_model_len: int = 4096
     page_size: int = 0  # 0: the backend's first supported kernel block size
     kv_cache_dtype: str = "auto"  # "auto": the model's dtype (bf16)
 
@@ -119,21 +118,21 @@ def kv_cache_dtype_of(options: MlaOptions) -> str:
 
 
 def vllm_config(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL):
-    return _vllm_config(options.num_heads, options.num_spec_tokens, options.max_num_seqs, options.max_model_len,
-                        page_size_of(options), tuple(sorted(options.dims.items())), kv_cache_dtype_of(options), gpu)
+    """vLLM's config for the options' tiny DeepSeek-V3 with MTP; one per shape, whatever the backend."""
+    shape = dataclasses.replace(options, backend="", page_size=page_size_of(options),
+                                kv_cache_dtype=kv_cache_dtype_of(options))
+    return _vllm_config(shape, gpu)
 
 
 @lru_cache(maxsize=None)
-def _vllm_config(num_heads, num_spec_tokens, max_num_seqs, max_model_len, page_size, dims, kv_cache_dtype, gpu):
+def _vllm_config(options: MlaOptions, gpu: EmulatedGpu):
     from vllm.engine.arg_utils import EngineArgs
 
-    kwargs: dict[str, Any] = dict(skip_tokenizer_init=True, block_size=page_size, max_num_seqs=max_num_seqs,
-                                  max_model_len=max_model_len, dtype="bfloat16", kv_cache_dtype=kv_cache_dtype)
-    if num_spec_tokens:
-        kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": num_spec_tokens}
     with tempfile.TemporaryDirectory(prefix="spec-decode-ci-mla-") as base, emulated_platform(gpu):
-        model_dir = write_mla_target(Path(base) / "tiny-deepseek-mtp", max_model_len, heads=num_heads, **dict(dims))
-        config = EngineArgs(model=str(model_dir), **kwargs).create_engine_config()
+        model_dir = write_mla_target(Path(base) / "tiny-deepseek-mtp", options.max_model_len,
+                                     heads=options.num_heads, **options.dims)
+        kwargs = options.engine_kwargs(model_dir, options.page_size, {"method": "mtp"})
+        config = EngineArgs(**kwargs, kv_cache_dtype=options.kv_cache_dtype).create_engine_config()
     if not config.model_config.use_mla:
         raise compat.MissingVllmField("vllm.config.ModelConfig", "use_mla",
                                       "the tiny DeepSeek-V3 config did not give an MLA model config")
