@@ -7,8 +7,10 @@
 #
 # The key is what the kernels were built for: FlashInfer's version, torch's version and CUDA, the GPU's compute
 # capability. FlashInfer keys its own directory by its version and the GPU arch too, and re-runs ninja on every
-# load: ninja rebuilds an op whose sources are newer than it, and a fresh install writes FlashInfer's sources
-# now, so `load` dates them back to the epoch (they are the same files the ops were built from: same version).
+# load: ninja rebuilds an op whose inputs are newer than it, and a fresh install writes them now. The ops are
+# built from FlashInfer's own sources and apache-tvm-ffi's headers (`-isystem` in each op's build.ninja), so
+# `load` dates both packages back to the epoch (the same files the ops were built from: same versions). Dating
+# back FlashInfer alone was not enough: ninja then rebuilt every op for tvm_ffi's device_guard.h.
 # PYTHONPATH must reach FlashInfer as the engine will (e.g. /tmp/site).
 set -euo pipefail
 action=${1:?usage: scripts/kernel_cache.sh save|load FILE}
@@ -41,8 +43,10 @@ case "$action" in
     mkdir -p "$fi_base/.cache/flashinfer" "$triton_dir"
     cp -a "$work/flashinfer/." "$fi_base/.cache/flashinfer/"
     cp -a "$work/triton/." "$triton_dir/"
-    fi_pkg=$(python3 -c 'import flashinfer, os; print(os.path.dirname(flashinfer.__file__))')
-    find "$fi_pkg" -exec touch -h -d @0 {} +
+    for package in flashinfer tvm_ffi; do
+      dir=$(python3 -c "import $package, os; print(os.path.dirname($package.__file__))")
+      find "$dir" -exec touch -h -d @0 {} +
+    done
     echo "kernel cache loaded for [$key]"
     ;;
   *) echo "usage: scripts/kernel_cache.sh save|load FILE" >&2; exit 2 ;;
