@@ -16,7 +16,7 @@ from spec_decode_ci.tiny_configs import FAMILIES
 
 CONFIG_PATH = Path(__file__).resolve().parent / "cases.yaml"
 SMOKE_CONFIG_PATH = CONFIG_PATH.with_name("cases.h200_smoke.yaml")  # tiny models, any single GPU
-# Another suite configuration (e.g. tiny random-weight models on a smoke machine), same format: a path, or the
+# Another suite configuration (e.g. tiny hand-built models on a smoke machine), same format: a path, or the
 # name of a configuration shipped beside cases.yaml.
 CONFIG_ENV = "SPEC_DECODE_E2E_CONFIG"
 METHODS = ("eagle", "eagle3", "mtp", "draft_model")
@@ -82,8 +82,8 @@ class SuiteConfig:
     max_tokens: int
     prompts: tuple[str, ...]
     suites: dict[str, tuple[Case, ...]]
-    tiny_models: dict[str, str]  # name -> family: random-weight models written on the machine before the run
-    tiny_eagle3_heads: dict[str, str]  # name -> the tiny model it drafts for: random-weight EAGLE-3 heads
+    tiny_models: dict[str, str]  # name -> family: hand-built models written on the machine before the run
+    tiny_eagle3_heads: dict[str, str]  # name -> the tiny model it drafts for: hand-built EAGLE-3 heads
     tiny_eagle1_heads: dict[str, str] = dataclasses.field(default_factory=dict)  # the same for EAGLE-1 heads
     tiny_speculators: dict[str, str] = dataclasses.field(default_factory=dict)  # speculators-format checkpoints
 

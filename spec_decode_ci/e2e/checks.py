@@ -32,7 +32,7 @@ def missing_weights(case: Case) -> str | None:
 
 
 def resolve(config: SuiteConfig, tiny_model_root: Path) -> SuiteConfig:
-    """The configuration as this machine runs it: tiny models written under ``tiny_model_root`` (random-weight
+    """The configuration as this machine runs it: tiny models written under ``tiny_model_root`` (hand-built
     stand-ins, named in the config instead of hub ids) where the machine can run the cases; else unchanged."""
     from spec_decode_ci import capabilities
 
