@@ -17,6 +17,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from spec_decode_ci import capabilities
+from spec_decode_ci.e2e import cases
 from spec_decode_ci.pytest_run import run_pytest
 from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs
 
@@ -43,6 +45,15 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown break(s) {unknown}; expected some of {sorted(BREAKS)}")
     names = args.breaks or list(BREAKS)
+    config = cases.load()
+    share = config.engine.gpu_memory_utilization  # each run's engines take this share of the GPU at once
+    if args.jobs < 1 or args.jobs * share > 0.95:
+        parser.error(f"--jobs {args.jobs}: each run's engine takes {share} of the GPU's memory "
+                     f"(gpu_memory_utilization); at most {max(1, int(0.95 / share))} runs fit at once")
+    missing = capabilities.missing(config.engine.requires)
+    if missing:
+        print(f"gpu_selfcheck: the suites cannot run here: {missing}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as root:  # which runner each suite's engines run, from vLLM's config
         smoke = smoke_with_tiny_configs(Path(root))
         runners = {suite: engine_runner(smoke, smoke.cases(suite)[0]) for suite in smoke.suites}
