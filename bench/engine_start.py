@@ -90,8 +90,16 @@ def main() -> None:
     from spec_decode_ci.e2e.runner import _free_gpu_memory, prompts
     from spec_decode_ci.stack_sampler import report, sampled
 
+    from spec_decode_ci import capabilities
+
+    missing = capabilities.missing(cases.load().engine.requires)
+    if missing:
+        sys.exit(f"engine_start: the engines cannot start here: {missing}")
     config = resolve(cases.load(), Path(tempfile.mkdtemp(prefix="engine-start-")))
     all_cases = [c for suite in config.suites.values() for c in suite]
+    if args.spec and args.spec not in {c.id for c in all_cases}:
+        sys.exit(f"engine_start: --spec {args.spec!r} is no case of {cases.config_path()}; expected one of "
+                 f"{', '.join(c.id for c in all_cases)}")
     case = next((c for c in all_cases if c.id == args.spec), all_cases[0])
     handler = Timings()
     logging.getLogger("vllm").addHandler(handler)
