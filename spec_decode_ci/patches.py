@@ -85,6 +85,11 @@ def apply(patch: Patch, source: str, where: str) -> str:
     return patched
 
 
+def source_contains(text: str) -> Callable[[types.ModuleType], bool]:
+    """``present`` for a patch that undoes ``text``: this vLLM's module source holds it."""
+    return lambda module: text in inspect.getsource(module)
+
+
 def regression(name: str, description: str, pattern: str, replacement: str, *, target: str = FLASHINFER,
                **fields) -> Patch:
     """A patch for the CPU self-check: the build-path tier must turn red against a copy of ``target``."""
@@ -127,7 +132,7 @@ REGRESSIONS = {
             r"\n[ \t]*torch\.sub\(\s*qo_indptr\[prefill_start : num_reqs \+ 1\],\s*qo_indptr\[prefill_start\],"
             r"\s*out=qo_indptr_prefill_gpu,?\s*\)",
             "",
-            present=lambda module: "out=qo_indptr_prefill_gpu" in inspect.getsource(module),
+            present=source_contains("out=qo_indptr_prefill_gpu"),
             must_fail=('test_trtllm_fields_equal_reference[16]', 'test_poison_does_not_reach_the_kernels[trtllm-trtllm]', 'test_random_batches[16]'),
         ),
         regression(
@@ -163,7 +168,7 @@ REGRESSIONS = {
             "page-locked memory",
             r"if PIN_MEMORY:(?P<body>\s+qo_indptr_prefill_cpu = qo_indptr_prefill_cpu\.pin_memory\(\))",
             "if False:\\g<body>",
-            present=lambda module: "qo_indptr_prefill_cpu.pin_memory()" in inspect.getsource(module),
+            present=source_contains("qo_indptr_prefill_cpu.pin_memory()"),
             must_fail=('test_plan_host_inputs_are_page_locked[mixed]', 'test_plan_host_inputs_are_page_locked[prefill-only]'),
         ),
         regression(
@@ -171,7 +176,7 @@ REGRESSIONS = {
             "under DCP, build() adjusts prefill lengths in the runner's host seq lens in place (no copy first)",
             r"\n[ \t]*seq_lens_cpu = seq_lens_cpu\.clone\(\)",
             "",
-            present=lambda module: "seq_lens_cpu = seq_lens_cpu.clone()" in inspect.getsource(module),
+            present=source_contains("seq_lens_cpu = seq_lens_cpu.clone()"),
             must_fail=('test_rank_local_metadata_without_speculation[0-trtllm]', 'test_rank_local_metadata_without_speculation[1-native]'),
         ),
         regression(
