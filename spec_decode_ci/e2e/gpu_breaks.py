@@ -45,11 +45,18 @@ def engine_runner(config: cases.SuiteConfig, case: cases.Case) -> str:
     return compat.model_runner(EngineArgs(**kwargs).create_engine_config())
 
 
-def not_run_here(brk: Patch, runner: str) -> str | None:
-    """Why ``brk`` cannot show in an engine that runs ``runner`` (None: it can)."""
+def suite_of(brk: Patch) -> str:
+    """The e2e suite whose module (``test_<suite>``) a break must turn red."""
+    return brk.suites[0].rsplit(".", 1)[1].removeprefix("test_")
+
+
+def not_run_here(brk: Patch, runners: dict[str, str]) -> str | None:
+    """Why ``brk`` cannot show in its suite's engines, which run the model runner ``runners[suite]`` (None: it
+    can)."""
     missing = brk.runner_missing()
     if missing:
         return missing
+    runner = runners[suite_of(brk)]
     if brk.runner is not None and brk.runner != runner:
         return f"break {brk.name!r} edits {brk.runner}'s code; this vLLM runs the suite's engines on {runner}"
     return None
