@@ -186,7 +186,7 @@ def write_weights(directory: Path, family: str, seed: int = 0, max_len: int = 40
     # layer 0 reads the normed embedding; its residual is the raw one (units of 1)
     weights.update(attention_layer("model.layers.0.", NORMED, previous_gain=1.0))
     if family == "mimo":
-        weights.update(mtp_layer_weights(weights))
+        weights.update(mtp_layer_weights())
     # the config written above stays: transformers would name a MiMo target Qwen2ForCausalLM
     return _save_bf16(weights, directory)
 def _transformers_model(directory: Path, family: str):
@@ -203,7 +203,7 @@ def _transformers_model(directory: Path, family: str):
 MTP_PREFIX = "model.mtp_layers.0."
 
 
-def mtp_layer_weights(target: dict[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+def mtp_layer_weights() -> dict[str, "torch.Tensor"]:
     """MiMo's MTP layer for a ``write_weights`` target, built so that its proposal is the target's next token.
 
     vLLM runs it on the target's hidden state at position t and the embedding of token t+1:
@@ -297,7 +297,7 @@ def write_speculators_weights(directory: Path, target_dir: Path, family: str, nu
     return _save_bf16(weights, directory, exact=extra)
 
 
-def write_eagle1_weights(directory: Path, target_dir: Path, max_len: int = 4096) -> Path:
+def write_eagle1_weights(directory: Path, max_len: int = 4096) -> Path:
     """An EAGLE-1 head for a ``write_weights`` target whose every proposal is the target's choice by construction.
 
     vLLM's EAGLE-1 runs ``fc(concat(embed[t+1], h_t))`` through one Llama decoder layer (no input norm) and the
@@ -335,7 +335,7 @@ SPECULATORS_TOKENS = 3  # the proposal count a tiny speculators checkpoint names
 HEAD_WRITERS = {
     "eagle3": (lambda d, target, family: write_eagle3_weights(d, target),
                lambda d, target, family: write_eagle3_head(d, aux_layer_ids=EAGLE3_AUX_LAYERS)),
-    "eagle1": (lambda d, target, family: write_eagle1_weights(d, target),
+    "eagle1": (lambda d, target, family: write_eagle1_weights(d),
                lambda d, target, family: write_eagle1_head(d)),
     "speculators": (lambda d, target, family: write_speculators_weights(d, target, family, SPECULATORS_TOKENS),
                     lambda d, target, family: write_speculators_head(d, target, family, SPECULATORS_TOKENS)),

@@ -121,7 +121,7 @@ def test_eagle1_head_proposes_by_the_rule_and_depends_on_position(tmp_path, head
     from spec_decode_ci.e2e.tiny_models import write_eagle1_weights
 
     target_dir = write_weights(tmp_path / target, SMOKE.tiny_models[target])
-    head_dir = write_eagle1_weights(tmp_path / head, target_dir)
+    head_dir = write_eagle1_weights(tmp_path / head)
     head_weights, target_weights = weights_of(head_dir), weights_of(target_dir)
     config = LlamaConfig.from_dict(json.loads((head_dir / "config.json").read_text()))
     model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
