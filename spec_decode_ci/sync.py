@@ -343,24 +343,21 @@ def _sync_site(frame, packages: tuple[str, ...]) -> SyncSite:
     """The innermost frame of ``frame``'s stack whose module is in ``packages`` (else the innermost frame)."""
     import linecache
 
-    stack = []
+    stack: list[tuple[Any, str]] = []  # (frame, its module's name), innermost first
     while frame is not None:
-        stack.append(frame)
+        name = frame.f_globals.get("__name__", frame.f_code.co_filename)
+        if name not in ("warnings", __name__):
+            stack.append((frame, name))
         frame = frame.f_back
-    stack = [f for f in stack if f.f_globals.get("__name__") not in ("warnings", __name__)]
     if not stack:
         return SyncSite("<unknown>", 0, "<unknown>", "")
-
-    def module(f) -> str:
-        return f.f_globals.get("__name__", f.f_code.co_filename)
-
-    at = next((i for i, f in enumerate(stack) if module(f).split(".")[0] in packages), 0)
-    site = stack[at]
-    callers = tuple(f"{module(f)}.{f.f_code.co_name}" for f in stack[at + 1:]
-                    if module(f).split(".")[0] in packages)
-    return SyncSite(module(site), site.f_lineno, site.f_code.co_name,
+    ours = [name.split(".")[0] in packages for _, name in stack]
+    at = ours.index(True) if any(ours) else 0
+    (site, module), rest = stack[at], range(at + 1, len(stack))
+    callers = tuple(f"{stack[i][1]}.{stack[i][0].f_code.co_name}" for i in rest if ours[i])
+    return SyncSite(module, site.f_lineno, site.f_code.co_name,
                     linecache.getline(site.f_code.co_filename, site.f_lineno).strip(),
-                    inner=tuple(dict.fromkeys(module(f) for f in stack[:at])), callers=callers[:12])
+                    inner=tuple(dict.fromkeys(name for _, name in stack[:at])), callers=callers[:12])
 
 
 @contextmanager
