@@ -76,12 +76,15 @@ class PatchDoesNotApply(compat.MissingVllmField):
 
 
 def apply(patch: Patch, source: str, where: str) -> str:
-    """``source`` with ``patch`` applied exactly once; ``PatchDoesNotApply`` where its code is not there."""
-    patched, count = re.subn(patch.pattern, patch.replacement, source, count=1)
+    """``source`` with ``patch`` applied at the one place its pattern matches; ``PatchDoesNotApply`` where the
+    code it edits is gone or its pattern matches more than one place (which one it breaks would be chance)."""
+    patched, count = re.subn(patch.pattern, patch.replacement, source)
     if count != 1:
+        why = "the code it edits is gone" if count == 0 else \
+            f"its pattern matches {count} places, so which one it edits is unclear; make the pattern name one"
         raise PatchDoesNotApply(patch.module, f"/{patch.pattern}/", f"patch {patch.name!r}", patch.last_found,
-                                detail=f"patch {patch.name!r} does not apply to {where}: the code it edits is "
-                                       f"gone; update spec_decode_ci/patches.py")
+                                detail=f"patch {patch.name!r} does not apply to {where}: {why}; update "
+                                       f"spec_decode_ci/patches.py")
     return patched
 
 

@@ -47,6 +47,13 @@ def test_a_break_whose_code_is_gone_fails_by_name():
         patched_source(gone)
 
 
+def test_a_break_matching_more_than_one_place_fails_by_name():
+    """A pattern that matches twice would break whichever place comes first: refused, not applied."""
+    twice = gpu_break("twice", "", "vllm.v1.attention.backends.flashinfer", r"\bdef ", "", "test_x", ())
+    with pytest.raises(PatchDoesNotApply, match="matches [0-9]+ places"):
+        patched_source(twice)
+
+
 def test_installed_host_sync_break_is_seen_by_the_sentinel_and_leaves_the_file_alone():
     """With ``host_sync_in_build`` installed, the real builder's build() now syncs on an all-TRTLLM batch (the
     tier's sentinel sees it); the installed flashinfer.py is byte-for-byte the same."""
