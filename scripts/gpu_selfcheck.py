@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,7 +20,6 @@ from spec_decode_ci import capabilities
 from spec_decode_ci.e2e import cases
 from spec_decode_ci.pytest_run import run_pytest
 from spec_decode_ci.e2e.gpu_breaks import BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs
-
 
 
 def run_suite(suites: tuple[str, ...], brk: str | None) -> tuple[int, set[str], float, str]:
@@ -68,17 +66,18 @@ def main() -> int:
             print(f"{name:32s} {short(brk.suites):24s} {'skipped':8s} {'':6s}  {reason}")
         else:
             patched_source(brk)  # a break that no longer applies fails here, before any GPU time
-    if args.control:
-        for suites in dict.fromkeys(BREAKS[n].suites for n in names):
-            code, failed, wall, tail = run_suite(suites, None)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # controls and breaks share the --jobs slots
+        suites_run = dict.fromkeys(BREAKS[n].suites for n in names) if args.control else {}
+        controls = {suites: pool.submit(run_suite, suites, None) for suites in suites_run}
+        runs = {name: pool.submit(run_suite, BREAKS[name].suites, name) for name in names}
+        for suites, control in controls.items():
+            code, failed, wall, tail = control.result()
             green = code == 0 and not failed
             ok &= green
             print(f"{'(none: control)':32s} {short(suites):24s} {'green' if green else 'RED':8s} {wall:6.0f}  "
                   f"{sorted(failed)}")
             if not green:
                 print(tail)
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        runs = {name: pool.submit(run_suite, BREAKS[name].suites, name) for name in names}
         for name in names:
             brk = BREAKS[name]
             code, failed, wall, tail = runs[name].result()

@@ -4,6 +4,7 @@ installed break changes vLLM's behaviour in this process without touching the in
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -88,3 +89,45 @@ def test_installed_vocabulary_break_turns_the_speculators_construction_red():
     assert broken.returncode == 1 and "first proposal right on 0/" in broken.output, broken.tail()
     control = run(None)
     assert control.returncode == 0, control.tail()
+
+
+def _gpu_selfcheck(*args: str) -> subprocess.CompletedProcess:
+    from spec_decode_ci.capabilities import find_checkout
+
+    checkout = find_checkout()
+    if checkout is None:
+        pytest.skip("needs the spec-decode-ci checkout (scripts/ is not installed with the suites)")
+    env = {**os.environ, "SPEC_DECODE_E2E_CONFIG": "cases.h200_smoke.yaml"}
+    return subprocess.run([sys.executable, str(checkout / "scripts" / "gpu_selfcheck.py"), *args],
+                          capture_output=True, text=True, env=env)
+
+
+def _smoke_runs_that_fit() -> int:
+    """How many runs of the smoke's engines one GPU holds at once: each takes gpu_memory_utilization of it,
+    and together they may take at most 0.95."""
+    from spec_decode_ci.e2e import cases
+
+    return int(0.95 / cases.load(str(cases.SMOKE_CONFIG_PATH)).engine.gpu_memory_utilization)
+
+
+def test_gpu_selfcheck_refuses_more_runs_than_fit_on_the_gpu():
+    """--jobs beyond what the smoke's engines fit on one GPU at once: a usage error saying how many fit."""
+    fit = _smoke_runs_that_fit()
+    proc = _gpu_selfcheck("--jobs", str(fit + 1))
+    assert proc.returncode == 2 and f"at most {fit} runs fit at once" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_gpu_selfcheck_refuses_an_unknown_break():
+    proc = _gpu_selfcheck("no_such_break")
+    assert proc.returncode == 2 and "unknown break(s) ['no_such_break']" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_gpu_selfcheck_without_a_gpu_says_so():
+    """Where the suites cannot run (no CUDA), the self-check says why in one line and exits 2, running nothing."""
+    from spec_decode_ci import capabilities
+
+    if not capabilities.missing(("cuda",)):
+        pytest.skip("this machine has CUDA: the self-check would run")
+    proc = _gpu_selfcheck()
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    assert "gpu_selfcheck: the suites cannot run here:" in proc.stderr and "Traceback" not in proc.stderr
