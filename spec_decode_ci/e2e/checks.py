@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
-from spec_decode_ci.e2e.runner import Run, run_case
+from spec_decode_ci.e2e.runner import Run, prompts, run_case
 
 def missing_weights(case: Case) -> str | None:
     """Why the case's checkpoints cannot be loaded here: not in the local HF cache and no hub to fetch from."""
@@ -84,6 +84,39 @@ def check_greedy_output(runs: CaseRuns, case: Case, record_property) -> None:
     assert fraction >= case.min_match_fraction, f"{same}/{len(baseline.token_ids)} prompts match"
 
 
+def hand_built_target(config: SuiteConfig, case: Case) -> str | None:
+    """The directory of ``case``'s target where it is one of the configuration's hand-built tiny models (whose
+    greedy rule is known from the weights), else None."""
+    target = Path(case.target)
+    return case.target if target.name in config.tiny_models and target.is_dir() else None
+
+
+def check_target_follows_its_weights(runs: CaseRuns, case: Case, record_property) -> None:
+    """The target alone generates what its hand-built weights dictate (``tiny_models.target_rule``): a bug in
+    vLLM's attention, positions or KV cache that the speculative run shares with the target alone shows here,
+    where comparing the two runs cannot see it."""
+    target = hand_built_target(runs.config, case)
+    if target is None:
+        pytest.skip(f"{case.target} is not a hand-built tiny model: no greedy rule is known from its weights")
+    from spec_decode_ci.e2e.tiny_models import continuation, target_rule
+
+    rule = target_rule(target)
+    prompt_ids = [p["prompt_token_ids"] for p in prompts(runs.config)]
+    expected = [continuation(rule, ids, runs.config.max_tokens) for ids in prompt_ids]
+    generated = runs.get(case, False).token_ids
+    wrong = [i for i, (got, want) in enumerate(zip(generated, expected)) if got != want]
+    record_property("prompts_following_weights", len(expected) - len(wrong))
+    assert len(generated) == len(expected), f"{len(generated)} outputs for {len(expected)} prompts"
+    if wrong:
+        i = wrong[0]
+        at = next((t for t, (a, b) in enumerate(zip(generated[i], expected[i])) if a != b),
+                  min(len(generated[i]), len(expected[i])))
+        raise AssertionError(
+            f"the target alone left its weights' greedy rule on {len(wrong)}/{len(expected)} prompts; prompt {i} "
+            f"({len(prompt_ids[i])} tokens) from generated token {at}: got {generated[i][at:at + 4]}, the rule "
+            f"gives {expected[i][at:at + 4]}")
+
+
 def check_acceptance(runs: CaseRuns, case: Case, record_property) -> None:
     spec = runs.get(case, True)
     record_property("acceptance_length", round(spec.acceptance_length, 3))
@@ -149,6 +182,9 @@ class SuiteTests:
 
     def test_greedy_output_matches_target(self, runs, case, record_property):
         check_greedy_output(runs, case, record_property)
+
+    def test_target_follows_its_weights(self, runs, case, record_property):
+        check_target_follows_its_weights(runs, case, record_property)
 
     def test_acceptance(self, runs, case, record_property):
         check_acceptance(runs, case, record_property)

@@ -92,6 +92,18 @@ def rule_from_lm_head(lm_head: "torch.Tensor", draft_to_target: "torch.Tensor | 
     return rule
 
 
+def weights_of(model_dir: "Path | str") -> dict[str, "torch.Tensor"]:
+    """The weights of a tiny model written here (its one model.safetensors)."""
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(model_dir) / "model.safetensors"))
+
+
+def target_rule(target_dir: "Path | str"):
+    """The greedy rule of a ``write_weights`` target, read off its LM head."""
+    return rule_from_lm_head(weights_of(target_dir)["lm_head.weight"])
+
+
 def continuation(rule, prompt: list[int], steps: int) -> list[int]:
     """``steps`` tokens after ``prompt`` by ``rule`` (the first token's previous token is itself)."""
     seq = list(prompt)
@@ -238,11 +250,8 @@ def write_eagle3_weights(directory: Path, target_dir: Path, max_len: int = 4096)
     position gives it. The decoder layer's head 1 (peak at distance 0, over the head's own KV cache) copies the
     first factor of token t+1 into U; the LM head is the target's. Later proposals of a step start from the
     head's own state and are mostly rejected. The embeddings are shared with the target (none in the checkpoint)."""
-    from safetensors.torch import load_file
-
     write_eagle3_head(directory, max_len, aux_layer_ids=EAGLE3_AUX_LAYERS)
-    target = load_file(str(target_dir / "model.safetensors"))
-    return _save_bf16(_eagle3_weights(target, "midlayer."), directory)
+    return _save_bf16(_eagle3_weights(weights_of(target_dir), "midlayer."), directory)
 
 
 def _eagle3_weights(target: dict[str, "torch.Tensor"], layer_prefix: str) -> dict[str, "torch.Tensor"]:
@@ -282,10 +291,9 @@ def write_speculators_weights(directory: Path, target_dir: Path, family: str, nu
     its draft vocabulary is every target token but ``SPECULATORS_LEFT_OUT_TOKEN``, in a random order, so a
     proposal is right only through vLLM's draft-to-target mapping."""
     import torch
-    from safetensors.torch import load_file
 
     write_speculators_head(directory, target_dir, family, num_speculative_tokens, max_len)
-    target = load_file(str(target_dir / "model.safetensors"))
+    target = weights_of(target_dir)
     weights = _eagle3_weights(target, "layers.0.")
     order = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(seed))
     drafted = order[order != SPECULATORS_LEFT_OUT_TOKEN]  # draft id -> target id

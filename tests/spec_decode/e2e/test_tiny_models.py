@@ -13,7 +13,7 @@ import pytest
 
 from spec_decode_ci.e2e import cases
 from spec_decode_ci.e2e.runner import prompts
-from spec_decode_ci.e2e.tiny_models import NORMED, continuation, rule_from_lm_head, write_weights
+from spec_decode_ci.e2e.tiny_models import NORMED, continuation, target_rule, weights_of, write_weights
 from spec_decode_ci.tiny_configs import HEAD_DIM, HEADS, KV_HEADS
 
 pytestmark = pytest.mark.e2e_offline
@@ -40,16 +40,6 @@ def greedy(model, token_prompts, steps):
     with torch.no_grad():
         return [model.generate(torch.tensor([ids]), max_new_tokens=steps, min_new_tokens=steps,
                                do_sample=False)[0, len(ids):].tolist() for ids in token_prompts]
-
-
-def weights_of(model_dir):
-    from safetensors.torch import load_file
-
-    return load_file(str(Path(model_dir) / "model.safetensors"))
-
-
-def target_rule(target_dir):
-    return rule_from_lm_head(weights_of(target_dir)["lm_head.weight"])
 
 
 def target_runs(target_dir) -> list[list[int]]:
@@ -232,7 +222,6 @@ def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, t
     first proposal (fc of the aux states plus head 1's copy of the current token's factor, logits mapped through the checkpoint's
     draft vocabulary) is the rule's choice at every drafting step of the target's run."""
     import torch
-    from safetensors.torch import load_file
     from vllm.engine.arg_utils import EngineArgs
 
     from spec_decode_ci.e2e.tiny_models import write_tiny_models
@@ -248,8 +237,7 @@ def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, t
     assert type(draft.hf_config).__name__ == "SpeculatorsConfig", type(draft.hf_config)
     assert engine.speculative_config.method == "eagle3"
 
-    checkpoint = load_file(str(Path(case.speculators) / "model.safetensors"))
-    target_weights = load_file(str(Path(case.target) / "model.safetensors"))
+    checkpoint, target_weights = weights_of(case.speculators), weights_of(case.target)
     with vllm_model_on_cpu(engine, draft, tmp_path) as model, torch.no_grad():
         def unset(p):  # a value no weight or index mapping has
             return float("nan") if p.is_floating_point() else torch.iinfo(p.dtype).min
