@@ -267,6 +267,13 @@ GPU_BREAKS = {b.name: b for b in [
               "\\g<indent>_longest = int(common_attn_metadata.seq_lens.max().item())\n",
               "test_draft_model", ("test_mixed_batches_without_host_sync[tiny-llama-self]",
                                    "test_no_host_sync_in_the_speculative_step[tiny-llama-self]")),
+    gpu_break("native_pages_of_another_request",
+              "FlashInfer's native attention takes each request's KV pages from the previous request's block-table "
+              "row: the target alone reads another request's cache as much as the speculative run does",
+              "vllm.v1.attention.backends.flashinfer",
+              r"(_copy_page_indices_kernel\[\(num_reqs,\)\]\(\s*paged_kv_indices,\s*)block_table_tensor,",
+              "\\g<1>block_table_tensor.roll(1, 0),",
+              "test_draft_model", ("test_target_follows_its_weights[tiny-llama-self]",)),
     gpu_break("host_sync_in_propose",
               "the drafter's propose() reads a sampled token back to the host (.item()) on every step",
               "vllm.v1.spec_decode.llm_base_proposer",

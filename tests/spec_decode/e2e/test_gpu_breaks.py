@@ -131,3 +131,19 @@ def test_gpu_selfcheck_without_a_gpu_says_so():
     proc = _gpu_selfcheck()
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
     assert "gpu_selfcheck: the suites cannot run here:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_installed_page_break_turns_the_native_plan_test_red():
+    """With ``native_pages_of_another_request`` installed, the pages FlashInfer's native plans are told are
+    another request's (the build-path tier's native plan test goes red); without it, that test is green."""
+    native_plan = Path(__file__).parents[1] / "test_native_plan.py"
+
+    def run(brk: str | None):
+        return run_pytest(str(native_plan), plugins=("spec_decode_ci.e2e.gpu_breaks",), env={ENV: brk or ""},
+                          extra=("-k", "test_native_plans_match_reference"))
+
+    broken = run("native_pages_of_another_request")
+    assert broken.returncode == 1 and broken.red == {"test_native_plans_match_reference[16]",
+                                                     "test_native_plans_match_reference[64]"}, broken.tail()
+    control = run(None)
+    assert control.returncode == 0, control.tail()
