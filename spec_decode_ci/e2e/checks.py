@@ -94,7 +94,7 @@ def hand_built_target(config: SuiteConfig, case: Case) -> str | None:
 def check_target_follows_its_weights(runs: CaseRuns, case: Case, record_property) -> None:
     """The target alone generates what its hand-built weights dictate (``tiny_models.target_rule``): a bug in
     vLLM's attention, positions or KV cache that the speculative run shares with the target alone shows here,
-    where comparing the two runs cannot see it."""
+    even where comparing the two runs does not."""
     target = hand_built_target(runs.config, case)
     if target is None:
         pytest.skip(f"{case.target} is not a hand-built tiny model: no greedy rule is known from its weights")
