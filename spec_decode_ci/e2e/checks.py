@@ -91,6 +91,15 @@ def hand_built_target(config: SuiteConfig, case: Case) -> str | None:
     return case.target if target.name in config.tiny_models and target.is_dir() else None
 
 
+def weights_continuations(config: SuiteConfig, target_dir: str) -> list[list[int]]:
+    """The greedy continuation of each of the configuration's prompts (as token ids) that a hand-built target's
+    weights dictate (``tiny_models.target_rule``)."""
+    from spec_decode_ci.e2e.tiny_models import continuation, target_rule
+
+    rule = target_rule(target_dir)
+    return [continuation(rule, p["prompt_token_ids"], config.max_tokens) for p in prompts(config)]
+
+
 def check_target_follows_its_weights(runs: CaseRuns, case: Case, record_property) -> None:
     """The target alone generates what its hand-built weights dictate (``tiny_models.target_rule``): a bug in
     vLLM's attention, positions or KV cache that the speculative run shares with the target alone shows here,
@@ -98,11 +107,7 @@ def check_target_follows_its_weights(runs: CaseRuns, case: Case, record_property
     target = hand_built_target(runs.config, case)
     if target is None:
         pytest.skip(f"{case.target} is not a hand-built tiny model: no greedy rule is known from its weights")
-    from spec_decode_ci.e2e.tiny_models import continuation, target_rule
-
-    rule = target_rule(target)
-    prompt_ids = [p["prompt_token_ids"] for p in prompts(runs.config)]
-    expected = [continuation(rule, ids, runs.config.max_tokens) for ids in prompt_ids]
+    expected = weights_continuations(runs.config, target)
     generated = runs.get(case, False).token_ids
     wrong = [i for i, (got, want) in enumerate(zip(generated, expected)) if got != want]
     record_property("prompts_following_weights", len(expected) - len(wrong))
@@ -113,7 +118,7 @@ def check_target_follows_its_weights(runs: CaseRuns, case: Case, record_property
                   min(len(generated[i]), len(expected[i])))
         raise AssertionError(
             f"the target alone left its weights' greedy rule on {len(wrong)}/{len(expected)} prompts; prompt {i} "
-            f"({len(prompt_ids[i])} tokens) from generated token {at}: got {generated[i][at:at + 4]}, the rule "
+            f"from generated token {at}: got {generated[i][at:at + 4]}, the rule "
             f"gives {expected[i][at:at + 4]}")
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from spec_decode_ci.e2e import cases
 from spec_decode_ci.e2e.runner import prompts
-from spec_decode_ci.e2e.tiny_models import NORMED, continuation, target_rule, weights_of, write_weights
+from spec_decode_ci.e2e.checks import weights_continuations
+from spec_decode_ci.e2e.tiny_models import NORMED, target_rule, weights_of, write_weights
 from spec_decode_ci.tiny_configs import HEAD_DIM, HEADS, KV_HEADS
 
 pytestmark = pytest.mark.e2e_offline
@@ -44,8 +45,7 @@ def greedy(model, token_prompts, steps):
 
 def target_runs(target_dir) -> list[list[int]]:
     """Each smoke prompt followed by the rule's continuation (what the target generates: checked below)."""
-    rule = target_rule(target_dir)
-    return [ids + continuation(rule, ids, SMOKE.max_tokens) for ids in TOKEN_PROMPTS]
+    return [ids + more for ids, more in zip(TOKEN_PROMPTS, weights_continuations(SMOKE, target_dir))]
 
 
 def drafting_pairs(target_dir):
