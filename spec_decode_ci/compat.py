@@ -335,13 +335,14 @@ def cudagraph_padding(runner: str) -> CudaGraphPadding:
 @difference("0.28.0", "the TRTLLM decode metadata tells the kernel each request's queries (q_len_per_req; "
                       "q_cu_seq_lens for ragged or padded batches); before, forward() divided the decode tokens "
                       "by the decode requests")
-def decode_query_ranges(metadata) -> list[tuple[int, int]]:
-    """The query-token range the TRTLLM decode kernel reads for each decode request."""
+def decode_query_ranges(metadata) -> list[tuple[int, int] | None]:
+    """The query-token range the TRTLLM decode kernel reads for each decode request (None for a request the
+    query offsets vLLM built do not reach: its metadata's defect, shown where the ranges are compared)."""
     decode, n = metadata.decode, metadata.num_decodes
     cu = getattr(decode, "q_cu_seq_lens", None) if dataclasses.is_dataclass(decode) else None
     if cu is not None:
         bounds = cu.tolist()
-        return [(bounds[i], bounds[i + 1]) for i in range(n)]
+        return [(bounds[i], bounds[i + 1]) if i + 1 < len(bounds) else None for i in range(n)]
     q = decode_query_len_per_request(decode)
     if q is None:  # forward(): q_len_per_req = num_decode_tokens // num_decodes, or 1 if that does not divide
         q = metadata.num_decode_tokens // n if metadata.num_decode_tokens % n == 0 else 1

@@ -38,8 +38,8 @@ def _needs_v1_padding(runner: str) -> str | None:
 
 # The build-path tier the CPU self-check runs against each regressed copy.
 TIER = tuple(f"spec_decode_ci.suites.{module}" for module in
-             ("test_guard_truth_table", "test_reference_equality", "test_poisoning", "test_properties",
-              "test_cuda_graph_padding", "test_build_isolation", "test_page_locked_plan_inputs",
+             ("test_guard_truth_table", "test_reference_equality", "test_native_plan", "test_poisoning",
+              "test_properties", "test_cuda_graph_padding", "test_build_isolation", "test_page_locked_plan_inputs",
               "test_decode_context_parallel", "test_mla_builders"))
 
 
@@ -173,6 +173,15 @@ REGRESSIONS = {
             "if False:\\g<body>",
             present=source_contains("qo_indptr_prefill_cpu.pin_memory()"),
             must_fail=('test_plan_host_inputs_are_page_locked[mixed]', 'test_plan_host_inputs_are_page_locked[prefill-only]'),
+        ),
+        regression(
+            "host_bound_under_speculation",
+            "the native paths plan with the runner's host upper bound of seq_lens under speculative decoding too, "
+            "where it runs ahead of a decode's real length (every draft of the previous step assumed accepted)",
+            r"self\._num_speculative_tokens == 0\s+and (common_attn_metadata\.seq_lens_cpu_upper_bound is not None)",
+            "\\1",
+            present=source_contains("seq_lens_cpu = common_attn_metadata.seq_lens_cpu_upper_bound"),
+            must_fail=('test_native_plans_match_reference[16]', 'test_poison_does_not_reach_the_kernels[native-native]'),
         ),
         regression(
             "dcp_shared_mutation",

@@ -125,9 +125,11 @@ class DeviceBatch:
 
 
 def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: int,
-                         dcp_local_lens: list[int] | None = None) -> DeviceBatch:
+                         dcp_local_lens: list[int] | None = None,
+                         host_bound_excess: list[int] | None = None) -> DeviceBatch:
     """The batch as vLLM's runner lays it out; padded requests and tokens are filled by the runner's rules
-    (``batch.padding``)."""
+    (``batch.padding``). ``host_bound_excess``: how far the runner's host upper bound of each real request's
+    seq_len runs ahead of it (None: exact)."""
     pad = batch.padding if batch.padded_reqs or batch.padded_tokens else None
     query_start = [0]
     for q in batch.query_lens:
@@ -145,11 +147,12 @@ def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: 
         slots += [row[pos // batch.page_size] * batch.page_size + pos % batch.page_size for pos in range(s - q, s)]
     slots += [pad.slot] * batch.padded_tokens if pad else []
 
+    excess = list(host_bound_excess or [0] * batch.num_reqs) + [0] * batch.padded_reqs
     host = {
         "query_start_loc_cpu": torch.tensor(query_start, dtype=torch.int32),
-        # exact here; the runner's is an upper bound under async scheduling. No exact host seq_lens is given:
-        # a path that needs them must copy them from the device, which is the sync the guard avoids.
-        "seq_lens_cpu_upper_bound": torch.tensor(seq_lens, dtype=torch.int32),
+        # No exact host seq_lens is given: a path that needs them must copy them from the device, which is the
+        # sync the guard avoids.
+        "seq_lens_cpu_upper_bound": torch.tensor([s + e for s, e in zip(seq_lens, excess)], dtype=torch.int32),
     }
     device_tensors = {
         "query_start_loc": torch.tensor(query_start, dtype=torch.int32, device=device),

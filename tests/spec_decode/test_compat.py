@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import types
-from pathlib import Path
 
 import pytest
 
@@ -69,11 +68,6 @@ def test_every_probe_answers_on_this_vllm(build_harness):
     assert isinstance(compat.drafter_attention_backend_settable(), bool)
     with compat.vllm_sync_check_as_errors():
         pass
-    source = Path(fi_backend.__file__).read_text()
-    from spec_decode_ci.patches import INDPTR_ZEROING, SEQ_LENS_GUARD
-
-    assert len(re.findall(INDPTR_ZEROING, source)) == 1  # the self-check's patterns find their code
-    assert len(re.findall(SEQ_LENS_GUARD, source)) == 1
 
 
 @pytest.mark.build_path
@@ -156,6 +150,19 @@ def test_an_error_raised_inside_vllm_is_not_relabelled():
 
     with pytest.raises(KeyError, match="a bug inside vLLM"):
         compat.decode_query_ranges(types.SimpleNamespace(decode=Decode(), num_decodes=1, num_decode_tokens=4))
+
+
+def test_query_offsets_too_short_for_the_decodes_are_vllms_defect_not_the_harness():
+    """Offsets vLLM built that stop before the last decode request give that request no range (compared, and
+    red, in the suite), never MissingVllmField: the lookup worked, the metadata is wrong."""
+    import torch
+
+    @dataclasses.dataclass
+    class Decode:
+        q_cu_seq_lens: torch.Tensor
+
+    metadata = types.SimpleNamespace(decode=Decode(torch.tensor([4, 8])), num_decodes=2, num_decode_tokens=8)
+    assert compat.decode_query_ranges(metadata) == [(4, 8), None]
 
 
 def test_padding_rules_missing_for_a_runner_name_the_last_release_that_had_them(monkeypatch):

@@ -86,6 +86,23 @@ def test_padding_follows_the_runner(build_harness):
     assert (common.block_table_tensor[3:] == pad.block_id).all() and common.slot_mapping[12:].eq(pad.slot).all()
 
 
+def test_host_upper_bound_runs_ahead_of_decodes_only_under_speculation(build_harness):
+    """The host upper bound of ``seq_lens`` the runner gives build(): ahead of each decode's real length by up to
+    k (drafts rejected) under async speculative decoding, exact for prefills, padded requests and without drafts."""
+    from spec_decode_ci.flashinfer.builder import BuilderOptions
+
+    harness = build_harness()
+    k = harness.options.num_spec_tokens
+    for batch in (spec_decode_batch(5, 2, k, 16, seed=3), harness.padded(spec_decode_batch(5, 0, k, 16), 7 * (1 + k))):
+        common = harness.device_batch(batch).common
+        ahead = (common.seq_lens_cpu_upper_bound - common.seq_lens).tolist()
+        assert k > 0 and all(0 <= a <= k for a in ahead[:5]) and any(ahead[:5]), (ahead, batch.describe())
+        assert ahead[5:] == [0, 0], (ahead, batch.describe())  # the prefills, or the padded requests
+    no_drafts = build_harness(BuilderOptions(num_spec_tokens=0))
+    common = no_drafts.device_batch(spec_decode_batch(5, 2, 0, 16, seed=3)).common
+    assert common.seq_lens_cpu_upper_bound.tolist() == common.seq_lens.tolist()
+
+
 @pytest.mark.parametrize("runner,mixed,capped", [(compat.V1_RUNNER, (0, 3), (1, 12)), (compat.V2_RUNNER, (0, 0), (1, 4))],
                          ids=["v1", "v2"])
 def test_each_runner_pads_by_its_own_rule(runner, mixed, capped):

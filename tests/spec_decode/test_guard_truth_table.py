@@ -1,4 +1,6 @@
-"""The all-TRTLLM guard. Which metadata each phase gets, and host syncs exactly when not all TRTLLM.
+"""The all-TRTLLM guard. Which metadata each phase gets; no host sync when every phase is TRTLLM, at most one
+(the copy of ``seq_lens`` the native paths plan with) otherwise. Whether the native paths' host lengths are right
+is the reference tests' verdict: the runner's host upper bound runs ahead of decodes' real lengths there.
 
 PR #39546's first bug: a mixed prefill + decode batch that runs entirely on TRTLLM still copied
 ``seq_lens`` to the host, because the guard only exempted decode-only batches.
@@ -54,7 +56,7 @@ def test_guard(build_harness, case):
     if all_trtllm:
         assert result.syncs == [], "all-TRTLLM batch synced:\n" + "\n".join(map(str, result.syncs))
     else:
-        # The native paths need seq_lens on the host: exactly one device-to-host copy, in build().
-        assert len(result.syncs) == 1, "\n".join(map(str, result.syncs))
-        sync = result.syncs[0]
-        assert "device-to-host" in sync.op and ("build" in sync.site or "build" in sync.callers), sync
+        # The native paths plan with seq_lens on the host: at most one device-to-host copy, in build().
+        assert len(result.syncs) <= 1, "\n".join(map(str, result.syncs))
+        for sync in result.syncs:
+            assert "device-to-host" in sync.op and ("build" in sync.site or "build" in sync.callers), sync

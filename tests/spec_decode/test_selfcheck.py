@@ -5,6 +5,8 @@ unchanged copies must stay green."""
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 
 import pytest
 
@@ -42,6 +44,17 @@ def test_control_is_green(control):
     """The tier stays green on vLLM's module compiled into a copy unchanged."""
     code, failed, tail = control
     assert code == 0 and not failed, tail
+
+
+@pytest.mark.parametrize("regression", sorted(set(REGRESSIONS) - {"none"}))
+def test_regression_applies_once_to_the_installed_vllm(regression):
+    """Each regression's pattern names exactly one place in this vLLM's source where that code is present: a
+    pattern that finds nothing (or several places) is the self-check's breakage, told apart from a verdict."""
+    original = importlib.import_module(REGRESSIONS[regression].module)
+    if not REGRESSIONS[regression].present(original):
+        pytest.skip(f"this vLLM lacks the code {regression!r} undoes")
+    places = len(re.findall(REGRESSIONS[regression].pattern, inspect.getsource(original)))
+    assert places == 1, f"{regression}: its pattern matches {places} places in {original.__file__}"
 
 
 @pytest.mark.parametrize("regression", sorted(set(REGRESSIONS) - {"none"}))
