@@ -231,6 +231,16 @@ REGRESSIONS = {
             target=MLA_COMMON,
             must_fail=('test_poison_does_not_reach_the_kernels[FLASHINFER_MLA]', 'test_fields_equal_reference[FLASHINFER_MLA-decode-only]'),
         ),
+        regression(
+            "mla_decode_query_bound_lost",
+            "the MLA decode metadata promises its kernel one query token per decode (max_query_len=1) whatever "
+            "the speculative decodes hold: a varlen decode kernel (FlashInfer MLA) takes its single-token path",
+            r"max_query_len=min\(\s*common_attn_metadata\.max_query_len, self\.reorder_batch_threshold\s*\),",
+            "max_query_len=1,",
+            target=MLA_COMMON,
+            present=source_contains("max_query_len=min("),
+            must_fail=('test_fields_equal_reference[FLASHINFER_MLA-mixed]', 'test_random_batches[FLASHINFER_MLA]'),
+        ),
         # The control: vLLM's source compiled into a copy unchanged. The tier must stay green on it.
         regression("none", "no change (control for the copying itself)", r"\A", ""),
     ]

@@ -85,3 +85,9 @@ def decode_query_start(metadata) -> list[int] | None:
         return None
     with outside_sentinels():
         return qsl.tolist()
+
+
+def decode_query_bound(metadata) -> int | None:
+    """The longest decode query a varlen MLA decode kernel is told to expect (it tiles and picks its ragged path
+    by it), where the metadata carries one."""
+    return getattr(metadata.decode, "max_query_len", None)

@@ -93,11 +93,13 @@ def test_host_upper_bound_runs_ahead_of_decodes_only_under_speculation(build_har
 
     harness = build_harness()
     k = harness.options.num_spec_tokens
-    for batch in (spec_decode_batch(5, 2, k, 16, seed=3), harness.padded(spec_decode_batch(5, 0, k, 16), 7 * (1 + k))):
+    mixed = spec_decode_batch(5, 2, k, 16, seed=3)
+    for batch in (mixed, harness.padded(spec_decode_batch(5, 0, k, 16), 7 * (1 + k))):
         common = harness.device_batch(batch).common
         ahead = (common.seq_lens_cpu_upper_bound - common.seq_lens).tolist()
         assert k > 0 and all(0 <= a <= k for a in ahead[:5]) and any(ahead[:5]), (ahead, batch.describe())
-        assert ahead[5:] == [0, 0], (ahead, batch.describe())  # the prefills, or the padded requests
+        assert len(ahead) == 5 + 2 * (batch is mixed) + batch.padded_reqs, (ahead, batch.describe())
+        assert ahead[5:] == [0] * (len(ahead) - 5), (ahead, batch.describe())  # prefills, padded requests
     no_drafts = build_harness(BuilderOptions(num_spec_tokens=0))
     common = no_drafts.device_batch(spec_decode_batch(5, 2, 0, 16, seed=3)).common
     assert common.seq_lens_cpu_upper_bound.tolist() == common.seq_lens.tolist()

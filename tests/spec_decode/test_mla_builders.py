@@ -69,6 +69,9 @@ def check_reference(harness, batch, result) -> None:
     decode_starts = reference.decode_query_start(result.metadata) if split.num_decodes else None
     if decode_starts is not None:  # a varlen decode kernel reads each request's queries from these offsets
         assert decode_starts == phases.cumulative(batch.query_lens[:split.num_decodes])
+    bound = reference.decode_query_bound(result.metadata) if split.num_decodes else None
+    if bound is not None:  # ... and takes no more of a request's queries than this bound
+        assert bound >= max(batch.query_lens[:split.num_decodes]), (bound, batch.describe())
     if harness.scheduling.calls:  # FlashMLA schedules the decodes' KV from their lengths and queries per KV head
         seq_lens, queries_per_head, kv_heads = harness.scheduling.calls[-1]
         assert seq_lens == list(batch.seq_lens[:split.num_decodes])
