@@ -79,9 +79,29 @@ def check_greedy_output(runs: CaseRuns, case: Case, record_property) -> None:
     fraction = same / len(baseline.token_ids)
     record_property("match_fraction", round(fraction, 3))
     assert len(spec.token_ids) == len(baseline.token_ids) == len(runs.config.prompts)
-    if case.min_match_fraction >= 1.0:
-        assert spec.token_ids == baseline.token_ids, "speculative greedy output differs from the target alone"
+    if case.min_match_fraction >= 1.0 and spec.token_ids != baseline.token_ids:
+        raise AssertionError(greedy_divergence(runs.config, case, baseline.token_ids, spec.token_ids))
     assert fraction >= case.min_match_fraction, f"{same}/{len(baseline.token_ids)} prompts match"
+
+
+def first_difference(got: list[int], want: list[int]) -> int:
+    """The first generated token where two generations differ (the shorter one's length where it is a prefix)."""
+    return next((t for t, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+
+
+def greedy_divergence(config: SuiteConfig, case: Case, baseline: list[list[int]], spec: list[list[int]]) -> str:
+    """Where the speculative run's greedy output first leaves the target alone's: the prompt, the token, both
+    runs' tokens from there and, for a hand-built target, what its weights dictate (which run left the rule)."""
+    differing = [i for i, (b, s) in enumerate(zip(baseline, spec)) if b != s]
+    i = differing[0]
+    at = first_difference(spec[i], baseline[i])
+    message = (f"speculative greedy output differs from the target alone on {len(differing)}/{len(baseline)} "
+               f"prompts; prompt {i} from generated token {at}: speculative {spec[i][at:at + 4]}, target alone "
+               f"{baseline[i][at:at + 4]}")
+    target = hand_built_target(config, case)
+    if target is not None:
+        message += f", the weights' rule {weights_continuations(config, target)[i][at:at + 4]}"
+    return message
 
 
 def hand_built_target(config: SuiteConfig, case: Case) -> str | None:
@@ -114,8 +134,7 @@ def check_target_follows_its_weights(runs: CaseRuns, case: Case, record_property
     assert len(generated) == len(expected), f"{len(generated)} outputs for {len(expected)} prompts"
     if wrong:
         i = wrong[0]
-        at = next((t for t, (a, b) in enumerate(zip(generated[i], expected[i])) if a != b),
-                  min(len(generated[i]), len(expected[i])))
+        at = first_difference(generated[i], expected[i])
         raise AssertionError(
             f"the target alone left its weights' greedy rule on {len(wrong)}/{len(expected)} prompts; prompt {i} "
             f"from generated token {at}: got {generated[i][at:at + 4]}, the rule "

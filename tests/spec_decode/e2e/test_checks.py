@@ -13,6 +13,7 @@ from . import e2e_suites
 
 CONFIG = cases.load()
 CASE = CONFIG.cases("eagle")[0]
+SMOKE = cases.load(str(cases.SMOKE_CONFIG_PATH))
 
 
 def runs_of(run: Run):
@@ -54,7 +55,7 @@ def test_e2e_suites_come_from_the_suite_classes():
 def test_cases_with_one_target_share_its_baseline_run(monkeypatch):
     """CaseRuns starts one engine per distinct set of engine arguments: the smoke's cases on one target run the
     target alone once, and each speculative engine once, however often the checks ask."""
-    smoke = cases.load(str(cases.SMOKE_CONFIG_PATH))
+    smoke = SMOKE
     started = []
     monkeypatch.setattr(checks, "run_case", lambda config, case, spec: started.append((case.id, spec)) or
                         run_with({}))
@@ -70,15 +71,22 @@ def test_cases_with_one_target_share_its_baseline_run(monkeypatch):
     assert sorted(case_id for case_id, spec in started if spec) == sorted(c.id for c in every_case)
 
 
-def test_a_target_off_its_weights_rule_is_red(tmp_path):
-    """The target alone must generate its hand-built weights' greedy continuation of every prompt: green on
-    exactly that, red naming the prompt and token where one token differs, skipped for a real checkpoint."""
+@pytest.fixture(scope="module")
+def hand_built(tmp_path_factory):
+    """The smoke's configuration with its tiny targets written, its first draft-model case, and the greedy
+    continuation of each prompt its target's weights dictate."""
     from spec_decode_ci.e2e.tiny_models import write_tiny_models
 
-    smoke = cases.load(str(cases.SMOKE_CONFIG_PATH))
-    config = smoke.with_models(write_tiny_models(tmp_path, smoke.tiny_models, {}, weights=True))
+    root = tmp_path_factory.mktemp("tiny")
+    config = SMOKE.with_models(write_tiny_models(root, SMOKE.tiny_models, {}, weights=True))
     case = config.cases("draft_model")[0]
-    following = checks.weights_continuations(config, case.target)
+    return config, case, checks.weights_continuations(config, case.target)
+
+
+def test_a_target_off_its_weights_rule_is_red(hand_built):
+    """The target alone must generate its hand-built weights' greedy continuation of every prompt: green on
+    exactly that, red naming the prompt and token where one token differs, skipped for a real checkpoint."""
+    config, case, following = hand_built
 
     def check(token_ids, on=config, of=case):
         runs = SimpleNamespace(config=on, get=lambda c, speculative: Run(token_ids, BuildLog(), {}, 1.0))
@@ -91,3 +99,29 @@ def test_a_target_off_its_weights_rule_is_red(tmp_path):
         check(off)
     with pytest.raises(pytest.skip.Exception, match="not a hand-built tiny model"):
         check(following, CONFIG, CASE)
+
+
+def test_a_greedy_divergence_names_prompt_token_and_which_run_left_the_rule(hand_built):
+    """Speculative greedy output that leaves the target alone's is red, naming the first prompt and token where
+    it does, both runs' tokens there and, for a hand-built target, what its weights dictate."""
+    config, case, following = hand_built
+    off = [list(ids) for ids in following]
+    off[2][7] += 1
+
+    def check(baseline, spec, on=config, of=case):
+        runs = SimpleNamespace(config=on, get=lambda c, speculative: Run(spec if speculative else baseline,
+                                                                         BuildLog(), {}, 1.0))
+        checks.check_greedy_output(runs, of, ignore)
+
+    check(following, following)
+    rule = following[2][7:11]
+    with pytest.raises(AssertionError, match=rf"on 1/{len(following)} prompts; prompt 2 from generated token 7: "
+                                             rf"speculative \[{off[2][7]}, .*target alone \[{rule[0]}, .*, the "
+                                             rf"weights' rule \[{', '.join(map(str, rule))}\]"):
+        check(following, off)
+    with pytest.raises(AssertionError, match=r"target alone \[\d+, .*weights' rule") as info:
+        check(off, following)  # the target alone left the rule; the speculative run kept it
+    assert "speculative [" + str(rule[0]) in str(info.value)
+    with pytest.raises(AssertionError, match=r"prompt 0 from generated token 1: speculative \[9\], target alone "
+                                             r"\[2\]$"):
+        check([[1, 2]] * len(SMOKE.prompts), [[1, 9]] * len(SMOKE.prompts), SMOKE, SMOKE.cases("draft_model")[0])
