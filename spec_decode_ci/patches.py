@@ -184,6 +184,15 @@ REGRESSIONS = {
             must_fail=('test_native_plans_match_reference[16]', 'test_poison_does_not_reach_the_kernels[native-native]'),
         ),
         regression(
+            "trtllm_decode_lens_from_host_bound",
+            "the TRTLLM decode kernel gets each request's length from the runner's host upper bound (copied up, no "
+            "sync), which under speculative decoding runs ahead of its real length by the drafts rejected",
+            r"(?P<lhs>seq_lens_decode = |seq_lens=)seq_lens\[:num_decodes\]",
+            "\\g<lhs>common_attn_metadata.seq_lens_cpu_upper_bound[:num_decodes].to(seq_lens.device, "
+            "non_blocking=True)",
+            must_fail=('test_trtllm_fields_equal_reference[16]', 'test_poison_does_not_reach_the_kernels[trtllm-trtllm]'),
+        ),
+        regression(
             "dcp_shared_mutation",
             "under DCP, build() adjusts prefill lengths in the runner's host seq lens in place (no copy first)",
             r"\n[ \t]*seq_lens_cpu = seq_lens_cpu\.clone\(\)",
