@@ -208,6 +208,13 @@ REGRESSIONS = {
             must_fail=('test_rank_local_metadata[world2-rank1-native]', 'test_rank_local_metadata[world4-rank3-native]'),
         ),
         regression(
+            "dcp_decode_heads_of_the_rank",
+            "under DCP, the native decode planned for the rank's own query heads, not the group's all-gathered ones",
+            r"num_qo_heads=self\.num_qo_heads \* self\.dcp_world_size,",
+            "num_qo_heads=self.num_qo_heads,",
+            must_fail=('test_rank_local_metadata[world2-rank0-native]', 'test_rank_local_metadata[world4-rank3-native]'),
+        ),
+        regression(
             "mla_prefill_host_sync",
             "the MLA prefill path copies the device seq_lens to the host (.cpu()) instead of reading the runner's "
             "host upper bound: a host sync per step with MTP and chunked prefill",

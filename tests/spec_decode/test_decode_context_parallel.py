@@ -1,12 +1,15 @@
 """Decode context parallel, each rank of groups of 2 and 4 (emulated at the process-group boundary): what the
 kernels are given describes the rank's own share of each sequence (rank-local lengths, page counts, indptr,
-last-page lengths), and the shared ``CommonAttentionMetadata`` is left as it was.
+last-page lengths) attended by the group's all-gathered query heads, the combine gets each decode's query
+offsets, and the shared ``CommonAttentionMetadata`` is left as it was.
 
 vLLM shipped both halves of this wrong: prefill context lengths written into the shared host ``seq_lens`` in
 place, and page counts taken from the global lengths instead of the rank-local ones.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -66,23 +69,33 @@ def check_rank(build_harness, options: BuilderOptions, decode: str) -> None:
         split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
         m, n = result.metadata, split.num_decodes
         plans = {c.wrapper: c for c in result.plans}
+        # A pass over the rank's share of the cache attends with the queries of the whole group (all-gathered:
+        # every rank's heads) and hands its partial results to the group's combine.
+        group_heads = options.num_heads * world
         if n and decode == "trtllm":
             assert metadata_view.as_list(m.decode.seq_lens) == local(batch.seq_lens[:n]), (name, batch.describe())
             assert metadata_view.trtllm_decode(result, batch).block_tables == [list(r) for r in batch.block_table[:n]]
+            if "dcp_query_start_loc" in {f.name for f in dataclasses.fields(m.decode)}:  # the combine's offsets
+                assert metadata_view.as_list(m.decode.dcp_query_start_loc) == phases.cumulative(
+                    batch.query_lens[:n]), (name, batch.describe())
         elif n:
-            planned = planned_paged_kv(plans["BatchDecodeWithPagedKVCacheWrapper"])
+            call = plans["BatchDecodeWithPagedKVCacheWrapper"]
+            planned = planned_paged_kv(call)
             expected = reference.paged_kv(batch, 0, n, local(batch.seq_lens[:n]))
             assert (planned.pages, planned.last_page_len) == (expected.pages, expected.last_page_len), (
                 name, batch.describe())
+            assert call.kwargs["num_qo_heads"] == group_heads, name
         if split.num_prefills:
             contexts = [s - q for q, s in zip(batch.query_lens[n:], batch.seq_lens[n:])]
-            planned = planned_paged_kv(plans["BatchPrefillWithPagedKVCacheWrapper"])  # the context pass
+            context_pass = plans["BatchPrefillWithPagedKVCacheWrapper"]
             expected = reference.paged_kv(batch, n, batch.num_reqs, local(contexts))
-            assert planned == expected, (name, batch.describe())
+            assert planned_paged_kv(context_pass) == expected, (name, batch.describe())
+            assert context_pass.kwargs["num_qo_heads"] == group_heads, name
             new_tokens = plans["BatchPrefillWithRaggedKVCacheWrapper"].kwargs  # the new tokens attend to themselves
             queries = phases.cumulative(batch.query_lens[n:])
             assert metadata_view.as_list(new_tokens["qo_indptr"]) == queries
             assert metadata_view.as_list(new_tokens["kv_indptr"]) == queries
+            assert new_tokens["num_qo_heads"] == options.num_heads, name  # the rank's own heads, its own tokens
 
 
 def test_local_lengths_deal_every_token_to_one_rank():
