@@ -215,6 +215,15 @@ REGRESSIONS = {
             must_fail=('test_rank_local_metadata[world2-rank0-native]', 'test_rank_local_metadata[world4-rank3-native]'),
         ),
         regression(
+            "dcp_combine_offsets_dropped",
+            "under DCP, the TRTLLM decode metadata leaves out the query offsets the group's combine of partial "
+            "results reads (dcp_query_start_loc)",
+            r"qo_indptr\[: num_decodes \+ 1\] if self\.use_dcp else None",
+            "None",
+            present=source_contains("dcp_query_start_loc=("),
+            must_fail=('test_rank_local_metadata[world2-rank0-trtllm]', 'test_rank_local_metadata[world4-rank3-trtllm]'),
+        ),
+        regression(
             "mla_prefill_host_sync",
             "the MLA prefill path copies the device seq_lens to the host (.cpu()) instead of reading the runner's "
             "host upper bound: a host sync per step with MTP and chunked prefill",
