@@ -46,23 +46,27 @@ def test_control_is_green(control):
     assert code == 0 and not failed, tail
 
 
+def module_with_the_code(regression: str):
+    """The installed vLLM module ``regression`` edits; the test skips where this vLLM lacks the code it undoes."""
+    original = importlib.import_module(REGRESSIONS[regression].module)
+    if not REGRESSIONS[regression].present(original):
+        pytest.skip(f"this vLLM lacks the code {regression!r} undoes: the bug it reintroduces either cannot arise "
+                    f"here or is native to this release (the tier's own verdict says which)")
+    return original
+
+
 @pytest.mark.parametrize("regression", sorted(set(REGRESSIONS) - {"none"}))
 def test_regression_applies_once_to_the_installed_vllm(regression):
     """Each regression's pattern names exactly one place in this vLLM's source where that code is present: a
     pattern that finds nothing (or several places) is the self-check's breakage, told apart from a verdict."""
-    original = importlib.import_module(REGRESSIONS[regression].module)
-    if not REGRESSIONS[regression].present(original):
-        pytest.skip(f"this vLLM lacks the code {regression!r} undoes")
+    original = module_with_the_code(regression)
     places = len(re.findall(REGRESSIONS[regression].pattern, inspect.getsource(original)))
     assert places == 1, f"{regression}: its pattern matches {places} places in {original.__file__}"
 
 
 @pytest.mark.parametrize("regression", sorted(set(REGRESSIONS) - {"none"}))
 def test_tier_verdict_under_regression(regression, green_control, build_harness):
-    original = importlib.import_module(REGRESSIONS[regression].module)
-    if not REGRESSIONS[regression].present(original):
-        pytest.skip(f"this vLLM lacks the code {regression!r} undoes: the bug it reintroduces either cannot arise "
-                    f"here or is native to this release (the tier's own verdict says which)")
+    module_with_the_code(regression)
     unobservable = REGRESSIONS[regression].unobservable(build_harness().cudagraph_padding.runner)
     if unobservable:
         pytest.skip(f"{regression!r} cannot show on this vLLM: {unobservable}")
