@@ -167,6 +167,14 @@ def trtllm_decode_metadata_class(module) -> str:
     return require(module, *TRTLLM_DECODE_CLASSES, what="TRTLLM decode metadata class").__name__
 
 
+@difference("0.24.0", "FlashInfer attends non-causally (a DFlash drafter's CommonAttentionMetadata.causal False, "
+                      "FlashInferBackend.supports_non_causal()); before, it had no non-causal path")
+def flashinfer_attends_non_causally(module) -> bool:
+    backend = require(module, "FlashInferBackend", what="the FlashInfer attention backend")
+    supports = getattr(backend, "supports_non_causal", None)
+    return bool(supports()) if supports is not None else False
+
+
 @difference("0.28.0", "TRTLLM decode metadata carries q_len_per_req (uniform spec-decode query length)")
 def decode_query_len_per_request(decode) -> int | None:
     """The uniform query length the TRTLLM decode kernel is told, or None where the metadata has no such field."""

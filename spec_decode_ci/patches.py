@@ -224,6 +224,30 @@ REGRESSIONS = {
             must_fail=('test_rank_local_metadata[world2-rank0-trtllm]', 'test_rank_local_metadata[world4-rank3-trtllm]'),
         ),
         regression(
+            "native_prefill_kv_heads_of_the_query",
+            "the native prefill planned with the query's head count as the KV cache's (a GQA layer read as MHA)",
+            r"num_kv_heads=self\.num_kv_heads,\n(\s*)head_dim_qk=self\.head_dim,",
+            r"num_kv_heads=self.num_qo_heads,\n\1head_dim_qk=self.head_dim,",
+            must_fail=('test_native_plans_carry_the_layers_attention',),
+        ),
+        regression(
+            "native_decode_window_dropped",
+            "the native decode planned without the layer's sliding window (attends to the whole context)",
+            r'(pos_encoding_mode="NONE",\s*sm_scale=self\.sm_scale,\s*)window_left=self\.window_left,',
+            r"\1window_left=-1,",
+            must_fail=('test_native_plans_carry_the_layers_attention',),
+        ),
+        regression(
+            "non_causal_prefill_planned_causal",
+            "a non-causal batch (a DFlash drafter's) planned as a causal native prefill: each draft position stops "
+            "seeing the ones after it",
+            r"causal=attn_metadata\.causal,\n(\s*)sm_scale",
+            r"causal=True,\n\1sm_scale",
+            present=source_contains("causal=attn_metadata.causal"),
+            must_fail=('test_non_causal_batch_is_planned_non_causal_for_every_request[16]',
+                       'test_non_causal_batch_is_planned_non_causal_for_every_request[64]'),
+        ),
+        regression(
             "mla_prefill_host_sync",
             "the MLA prefill path copies the device seq_lens to the host (.cpu()) instead of reading the runner's "
             "host upper bound: a host sync per step with MTP and chunked prefill",

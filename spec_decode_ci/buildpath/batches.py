@@ -32,6 +32,8 @@ class Batch:
     padded_reqs: int = 0
     padded_tokens: int = 0
     padding: compat.CudaGraphPadding | None = None  # the runner's rules the padded requests and tokens follow
+    # False: each request's queries attend to one another both ways (a DFlash drafter's block of draft positions).
+    causal: bool = True
 
     @property
     def num_reqs(self) -> int:
@@ -45,7 +47,8 @@ class Batch:
     def describe(self) -> str:
         padding = f" +{self.padded_reqs} padded reqs +{self.padded_tokens} padded tokens" if (
             self.padded_reqs or self.padded_tokens) else ""
-        return f"q={list(self.query_lens)} seq={list(self.seq_lens)} page={self.page_size}{padding}"
+        mask = "" if self.causal else " non-causal"
+        return f"q={list(self.query_lens)} seq={list(self.seq_lens)} page={self.page_size}{padding}{mask}"
 
 
 def make_batch(query_lens: list[int], seq_lens: list[int], page_size: int, seed: int = 0) -> Batch:
@@ -161,7 +164,7 @@ def common_attn_metadata(batch: Batch, device: torch.device, max_pages_per_req: 
         "slot_mapping": torch.tensor(slots, dtype=torch.int64, device=device),
     }
     scalars = {"num_reqs": batch.num_reqs + batch.padded_reqs, "num_actual_tokens": batch.num_tokens + batch.padded_tokens,
-               "max_query_len": max(batch.query_lens), "max_seq_len": max(batch.seq_lens), "causal": True}
+               "max_query_len": max(batch.query_lens), "max_seq_len": max(batch.seq_lens), "causal": batch.causal}
     if dcp_local_lens is not None:  # the runner's rank-local lengths; a padded request's share of nothing is 0
         local = list(dcp_local_lens) + padded_seq_lens
         fields = compat.dcp_local_seq_lens_fields(torch.tensor(local, dtype=torch.int32, device=device),

@@ -39,6 +39,10 @@ class BuilderOptions(SpecDecodeOptions):
     # the process-group boundary.
     dcp_world_size: int = 1
     dcp_rank: int = 0
+    # The attention layer's own parameters (the per-layer values the builder reads): a sliding window (-1: none)
+    # and a logits soft cap (None: none).
+    window_left: int = -1
+    logits_soft_cap: float | None = None
 
 
 def make_vllm_config(options: BuilderOptions):
@@ -84,7 +88,7 @@ def _per_layer_parameters(options: BuilderOptions):
     """No model is loaded, so there are no attention layers to scan; vLLM's own tests patch this the same way."""
     from vllm.v1.attention.backends.utils import PerLayerParameters
 
-    return {LAYER_NAME: PerLayerParameters(window_left=-1, logits_soft_cap=None,
+    return {LAYER_NAME: PerLayerParameters(window_left=options.window_left, logits_soft_cap=options.logits_soft_cap,
                                            sm_scale=1.0 / math.sqrt(options.head_size), has_sinks=False)}
 
 

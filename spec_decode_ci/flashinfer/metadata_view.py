@@ -9,7 +9,16 @@ import torch
 from spec_decode_ci import compat
 from spec_decode_ci.buildpath.batches import Batch
 from spec_decode_ci.buildpath.run import BuildResult, PlanCall
-from spec_decode_ci.flashinfer.reference import PagedKvRef, TrtllmDecodeRef, TrtllmPrefillRef
+from spec_decode_ci.flashinfer.reference import LayerAttention, PagedKvRef, TrtllmDecodeRef, TrtllmPrefillRef
+
+# Each field of ``LayerAttention`` and the ``plan()`` keywords that carry it (the prefill wrapper says head_dim_qk,
+# the decode wrapper head_dim; the DCP prefill wrapper kv_cache_dtype).
+PLAN_ATTENTION_KEYWORDS = {
+    "num_qo_heads": ("num_qo_heads",), "num_kv_heads": ("num_kv_heads",), "head_dim": ("head_dim_qk", "head_dim"),
+    "page_size": ("page_size",), "sm_scale": ("sm_scale",), "window_left": ("window_left",),
+    "logits_soft_cap": ("logits_soft_cap",), "q_data_type": ("q_data_type",),
+    "kv_data_type": ("kv_data_type", "kv_cache_dtype"),
+}
 
 
 def as_list(t: Any) -> Any:
@@ -50,6 +59,25 @@ def planned_paged_kv(call: PlanCall) -> PagedKvRef:
         qo = [i * q for i in range(n + 1)]
     return PagedKvRef(pages=[indices[indptr[i]:indptr[i + 1]] for i in range(n)], last_page_len=last[:n],
                       qo_indptr=qo)
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def planned_attention(call: PlanCall) -> LayerAttention:
+    """The attention layer a native wrapper's ``plan()`` was told of."""
+    values = {}
+    for field_name, keywords in PLAN_ATTENTION_KEYWORDS.items():
+        present = [k for k in keywords if k in call.kwargs]
+        if not present:
+            raise compat.MissingVllmField(f"{call.wrapper}.plan()", " / ".join(keywords),
+                                          "the attention parameter the builder plans with",
+                                          detail=f"{call.wrapper}.plan() was called without {' or '.join(keywords)}")
+        values[field_name] = call.kwargs[present[0]]
+    for field_name in ("q_data_type", "kv_data_type"):
+        values[field_name] = dtype_name(values[field_name])
+    return LayerAttention(**values)
 
 
 def snapshot(result: BuildResult, batch: Batch) -> dict[str, Any]:

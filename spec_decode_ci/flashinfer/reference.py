@@ -6,6 +6,7 @@ anything else (a stale buffer, a wrong slice), the equality tests fail.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from spec_decode_ci.buildpath.batches import Batch, cdiv
@@ -36,6 +37,29 @@ class PagedKvRef:
     pages: list[list[int]]  # the page ids each request reads, in order
     last_page_len: list[int]
     qo_indptr: list[int]  # rebased to the slice's first query token
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """The attention layer every native ``plan()`` must describe, whatever the batch."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    sm_scale: float
+    window_left: int  # -1: no sliding window
+    logits_soft_cap: float | None
+    q_data_type: str  # torch dtype names without "torch."
+    kv_data_type: str
+
+
+def layer_attention(num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, window_left: int,
+                    logits_soft_cap: float | None, dtype: str = "bfloat16") -> LayerAttention:
+    """A Llama-style layer of these shapes in ``dtype`` (query and an unquantized KV cache alike), scaled by
+    1/sqrt(head_dim)."""
+    return LayerAttention(num_heads, num_kv_heads, head_dim, page_size, 1.0 / math.sqrt(head_dim), window_left,
+                          logits_soft_cap, dtype, dtype)
 
 
 def trtllm_prefill(batch: Batch, s: Split) -> TrtllmPrefillRef:
