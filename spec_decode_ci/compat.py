@@ -167,6 +167,19 @@ def trtllm_decode_metadata_class(module) -> str:
     return require(module, *TRTLLM_DECODE_CLASSES, what="TRTLLM decode metadata class").__name__
 
 
+def kv_cache_dtype_spec_kwargs(kv_cache_dtype: str, model_config) -> dict[str, Any]:
+    """The dtype (and, for a quantized cache, the quantization mode) a layer's ``FullAttentionSpec`` gets for
+    ``--kv-cache-dtype kv_cache_dtype``, from vLLM's own mapping."""
+    if kv_cache_dtype == "auto":
+        return {"dtype": model_config.dtype}
+    import vllm.utils.torch_utils as torch_utils
+    import vllm.v1.kv_cache_interface as kv_cache_interface
+
+    to_dtype = require(torch_utils, "kv_cache_dtype_str_to_dtype", what="the KV cache's storage dtype")
+    quant_mode = require(kv_cache_interface, "get_kv_quant_mode", what="the KV cache's quantization mode")
+    return {"dtype": to_dtype(kv_cache_dtype, model_config), "kv_quant_mode": quant_mode(kv_cache_dtype)}
+
+
 @difference("0.24.0", "FlashInfer attends non-causally (a DFlash drafter's CommonAttentionMetadata.causal False, "
                       "FlashInferBackend.supports_non_causal()); before, it had no non-causal path")
 def flashinfer_attends_non_causally(module) -> bool:

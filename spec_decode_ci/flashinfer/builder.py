@@ -43,6 +43,12 @@ class BuilderOptions(SpecDecodeOptions):
     # and a logits soft cap (None: none).
     window_left: int = -1
     logits_soft_cap: float | None = None
+    # The KV cache's dtype as vLLM's --kv-cache-dtype names it ("auto": the model's); whether the query is
+    # quantized to match an FP8 cache (vLLM's default; off: --attention-config.disable_flashinfer_q_quantization);
+    # whether TRTLLM attention is asked for (--attention-config.use_trtllm_attention; off: vLLM decides).
+    kv_cache_dtype: str = "auto"
+    quantize_query: bool = True
+    force_trtllm: bool = False
 
 
 def make_vllm_config(options: BuilderOptions):
@@ -59,7 +65,15 @@ def _vllm_config(options: BuilderOptions):
         model_dir = write_target(Path(base) / "tiny-llama", "llama", options.max_model_len, heads=options.num_heads,
                                  kv_heads=options.num_kv_heads, head_dim=options.head_size, layers=1)
         speculation = {"method": "draft_model", "model": str(model_dir)}
-        config = EngineArgs(**options.engine_kwargs(model_dir, options.page_size, speculation)).create_engine_config()
+        kwargs = options.engine_kwargs(model_dir, options.page_size, speculation)
+        if options.kv_cache_dtype != "auto":
+            kwargs["kv_cache_dtype"] = options.kv_cache_dtype
+        attention_config = {"disable_flashinfer_q_quantization": True} if not options.quantize_query else {}
+        if options.force_trtllm:
+            attention_config["use_trtllm_attention"] = True
+        if attention_config:
+            kwargs["attention_config"] = attention_config
+        config = EngineArgs(**kwargs).create_engine_config()
     compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
     config.parallel_config.decode_context_parallel_size = options.dcp_world_size  # TP stays 1: no group to split
     return config
@@ -104,7 +118,8 @@ def make_builder(options: BuilderOptions = BuilderOptions(), gpu: EmulatedGpu = 
 
     vllm_config = make_vllm_config(options)
     spec = FullAttentionSpec(block_size=options.page_size, num_kv_heads=options.num_kv_heads,
-                             head_size=options.head_size, dtype=torch.bfloat16,
+                             head_size=options.head_size,
+                             **compat.kv_cache_dtype_spec_kwargs(options.kv_cache_dtype, vllm_config.model_config),
                              **compat.dcp_sharded_spec_kwargs(options.dcp_world_size > 1))
     with builder_context(vllm_config, gpu, module, options), mock.patch.object(
         module, "get_per_layer_parameters", lambda *a, **k: _per_layer_parameters(options)

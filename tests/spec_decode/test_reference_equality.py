@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from spec_decode_ci.buildpath import split as phases
@@ -29,25 +31,50 @@ def batches(page: int, k: int):
 @pytest.mark.parametrize("page", PAGE_SIZES)
 def test_trtllm_fields_equal_reference(build_harness, page):
     harness = build_harness(BuilderOptions(page_size=page))
-    k = harness.options.num_spec_tokens
-    for name, batch in batches(page, k):
-        result = harness.build(batch)
-        split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+    for name, batch in batches(page, harness.options.num_spec_tokens):
+        assert_trtllm_fields_equal_reference(harness, harness.build(batch), batch, name)
+
+
+# FP8 KV caches on Blackwell: read by an FP8 query (vLLM's default, which only TRTLLM runs), or by a bf16 query with
+# TRTLLM asked for (its prefill then dequantizes the pages of the block-table columns it is handed).
+FP8_KV_CACHES = [pytest.param(BuilderOptions(kv_cache_dtype="fp8"), id="fp8-query"),
+                 pytest.param(BuilderOptions(kv_cache_dtype="fp8", quantize_query=False, force_trtllm=True),
+                              id="bf16-query")]
+
+
+@pytest.mark.parametrize("options", FP8_KV_CACHES)
+@pytest.mark.parametrize("page", [16, 64])
+def test_fp8_kv_cache_stays_on_trtllm_without_host_sync(build_harness, options, page):
+    """With an FP8 KV cache both phases run on TRTLLM, build() never waits on the GPU, and every TRTLLM field
+    equals the reference (block tables included: each request's pages, however few columns the prefill gets)."""
+    harness = build_harness(dataclasses.replace(options, page_size=page))
+    for name, batch in batches(page, harness.options.num_spec_tokens):
+        result = harness.build(batch, watch_syncs=True)
         m = result.metadata
-        assert (m.num_decodes, m.num_prefills, m.num_decode_tokens, m.num_prefill_tokens) == (
-            split.num_decodes, split.num_prefills, split.num_decode_tokens, split.num_prefill_tokens), name
-        if split.num_prefills:
-            assert metadata_view.trtllm_prefill(result, batch) == reference.trtllm_prefill(batch, split), (
-                name, batch.describe())
-        else:
-            assert m.prefill is None, name
-        if split.num_decodes:
-            assert metadata_view.trtllm_decode(result, batch) == reference.trtllm_decode(batch, split), name
-            q_len = compat.decode_query_len_per_request(m.decode)
-            if q_len is not None:
-                assert q_len == batch.query_lens[0], name
-        else:
-            assert m.decode is None, name
+        assert {type(m.prefill).__name__, type(m.decode).__name__} <= {
+            "TRTLLMPrefill", harness.trtllm_decode_class, "NoneType"}, (name, type(m.prefill), type(m.decode))
+        assert result.syncs == [], f"{name}: build() synced:\n" + "\n".join(map(str, result.syncs))
+        assert_trtllm_fields_equal_reference(harness, result, batch, name)
+
+
+def assert_trtllm_fields_equal_reference(harness, result, batch, name: str) -> None:
+    """The batch's split as the builder reports it, and each TRTLLM phase's fields, equal the reference's."""
+    split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+    m = result.metadata
+    assert (m.num_decodes, m.num_prefills, m.num_decode_tokens, m.num_prefill_tokens) == (
+        split.num_decodes, split.num_prefills, split.num_decode_tokens, split.num_prefill_tokens), name
+    if split.num_prefills:
+        assert metadata_view.trtllm_prefill(result, batch) == reference.trtllm_prefill(batch, split), (
+            name, batch.describe())
+    else:
+        assert m.prefill is None, name
+    if split.num_decodes:
+        assert metadata_view.trtllm_decode(result, batch) == reference.trtllm_decode(batch, split), name
+        q_len = compat.decode_query_len_per_request(m.decode)
+        if q_len is not None:
+            assert q_len == batch.query_lens[0], name
+    else:
+        assert m.decode is None, name
 
 
 def test_reference_split_matches_the_runner_layout():
