@@ -7,6 +7,7 @@ Installing the package changes no other project's test run: nothing here loads u
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 
 import pytest
@@ -150,15 +151,21 @@ def runs(request):
     return CaseRuns(e2e_config(request.config))
 
 
+# How many harnesses are kept for reuse, the least recently used dropped first: a builder that plans FlashInfer's native
+# paths holds its workspace (394 MiB or more), and the tier makes a few dozen distinct builders.
+HARNESSES_KEPT = 6
+
+
 @pytest.fixture(scope="session")
 def build_harness():
-    """A harness of any registered backend (``spec_decode_ci.backends``), one per (options, emulated GPU):
-    building vLLM's config and a real builder costs a second each. Without options: FlashInfer's defaults."""
+    """A harness of any registered backend (``spec_decode_ci.backends``), one per (options, emulated GPU), the
+    last ``HARNESSES_KEPT`` used kept: building vLLM's config and a real builder costs a second each. Without
+    options: FlashInfer's defaults."""
     from spec_decode_ci.backends import backend_for
     from spec_decode_ci.emulation import BLACKWELL, UnsupportedEmulation
     from spec_decode_ci.flashinfer.builder import BuilderOptions
 
-    cache: dict = {}
+    cache: collections.OrderedDict = collections.OrderedDict()
 
     def get(options=None, gpu=None):
         options, gpu = options if options is not None else BuilderOptions(), gpu or BLACKWELL
@@ -168,6 +175,9 @@ def build_harness():
                 cache[key] = backend_for(options).harness(options, gpu)
             except UnsupportedEmulation as exc:
                 pytest.skip(str(exc))
+            while len(cache) > HARNESSES_KEPT:
+                cache.popitem(last=False)
+        cache.move_to_end(key)
         return cache[key]
 
     return get
