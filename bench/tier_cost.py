@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What a harness step's pytest command costs: wall time, GPU memory peak (sampled with nvidia-smi where a GPU
-is present) and the run's outcome, once per pytest-xdist setting, so that with and without ``-n`` can be compared.
+is present), the host memory of its largest process (pytest, an xdist worker, a self-check's child run: what
+decides whether ``-n`` runs fit the machine) and the run's outcome, once per pytest-xdist setting, so that with and without ``-n`` can be compared.
 
     python bench/tier_cost.py                                   # the per-change step's tier, serial and -n auto
     python bench/tier_cost.py --workers 0 2 4 --markers selfcheck
@@ -41,18 +42,27 @@ class GpuMemoryPeak(threading.Thread):
             time.sleep(self.interval)
 
 
-def measure(command: list[str], log: Path | None = None) -> tuple[float, int | None, int, str]:
+# Runs a command and then prints the largest resident set of any process below it that has ended (KiB).
+LARGEST_PROCESS = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+                   "print('largest-process-kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+                   "file=sys.stderr); sys.exit(code)")
+
+
+def measure(command: list[str], log: Path | None = None) -> tuple[float, int | None, int | None, int, str]:
+    """Wall seconds, GPU MiB peak, the largest process's host MiB, exit code and pytest's summary line."""
     sampler = GpuMemoryPeak()
     sampler.start()
     start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", LARGEST_PROCESS, *command], capture_output=True, text=True)
     wall = time.perf_counter() - start
     sampler.running = False
     sampler.join()
     if log is not None:
         log.write_text(proc.stdout + proc.stderr)
+    largest = re.search(r"largest-process-kib (\d+)", proc.stderr)
     tail = [line for line in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
-    return wall, sampler.peak, proc.returncode, tail[-1] if tail else proc.stdout[-300:]
+    return (wall, sampler.peak, int(largest.group(1)) // 1024 if largest else None, proc.returncode,
+            tail[-1] if tail else proc.stdout[-300:])
 
 
 def main() -> int:
@@ -62,15 +72,17 @@ def main() -> int:
     parser.add_argument("--whole-suite", action="store_true", help="README's test command instead of the step's")
     parser.add_argument("--log-dir", type=Path, help="keep each run's output there (n<workers>.log)")
     args = parser.parse_args()
-    print(f"{'-n':>6}  {'wall s':>8}  {'GPU MiB peak':>12}  exit  outcome", flush=True)
+    print(f"{'-n':>6}  {'wall s':>8}  {'GPU MiB peak':>12}  {'host MiB, largest process':>25}  exit  outcome",
+          flush=True)
     for workers in args.workers:
         command = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"]
         if not args.whole_suite:
             command += ["-p", "spec_decode_ci.pytest_plugin", "-m", args.markers, "--pyargs", "spec_decode_ci.suites"]
         if workers != "0":
             command += ["-n", workers]
-        wall, peak, code, outcome = measure(command, args.log_dir / f"n{workers}.log" if args.log_dir else None)
-        print(f"{workers:>6}  {wall:8.1f}  {peak if peak is not None else 'n/a':>12}  {code:>4}  {outcome}", flush=True)
+        wall, peak, host, code, outcome = measure(command, args.log_dir / f"n{workers}.log" if args.log_dir else None)
+        print(f"{workers:>6}  {wall:8.1f}  {peak if peak is not None else 'n/a':>12}  "
+              f"{host if host is not None else 'n/a':>25}  {code:>4}  {outcome}", flush=True)
     return 0
 
 
