@@ -79,11 +79,15 @@ def flashinfer_backend_problem() -> str | None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A test that ends in ``compat.MissingVllmField`` found the harness unable to drive this vLLM: marked so that
-    it is reported as an error, not a failure (``pytest_report_teststatus``), and summed up once at the end."""
+    it is reported as an error, not a failure (``pytest_report_teststatus``), and summed up once at the end.
+    Every failure's raising site goes to ``run_pytest``'s failure log where one is asked for."""
     outcome = yield
     report = outcome.get_result()
     if call.excinfo is not None and report.failed:
         from spec_decode_ci.compat import MissingVllmField
+        from spec_decode_ci.pytest_run import record_failure
+
+        record_failure(item, call.excinfo)
 
         exc = call.excinfo.value
         while exc is not None and not isinstance(exc, MissingVllmField):

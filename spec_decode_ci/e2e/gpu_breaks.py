@@ -19,6 +19,7 @@ from spec_decode_ci import compat
 from spec_decode_ci.compat import module_origin
 from spec_decode_ci.e2e import cases
 from spec_decode_ci.patches import GPU_BREAKS, Patch, PatchDoesNotApply, apply
+from spec_decode_ci.pytest_run import PytestRun
 
 ENV = "SPEC_DECODE_CI_GPU_BREAK"
 MARKER = "__spec_decode_ci_break__"
@@ -60,6 +61,18 @@ def not_run_here(brk: Patch, runners: dict[str, str]) -> str | None:
     if brk.runner is not None and brk.runner != runner:
         return f"break {brk.name!r} edits {brk.runner}'s code; this vLLM runs the suite's engines on {runner}"
     return None
+
+
+def verdict(run: PytestRun, must_fail: tuple[str, ...] | None) -> str:
+    """A control (``must_fail`` None) is green or RED; a break is red only where each of its tests failed on an
+    assertion of the suite, MISSED where one passed. A test that failed by crashing instead (an engine that
+    could not start, an error inside vLLM or torch) decides nothing: INCONCLUSIVE."""
+    crashed = {f.test for f in run.failures if not f.by_a_check}
+    if must_fail is None:
+        return "green" if run.returncode == 0 and not run.red else "INCONCLUSIVE" if crashed else "RED"
+    if any(t not in run.red for t in must_fail):
+        return "MISSED"
+    return "red" if all(t in run.red_by_checks for t in must_fail) else "INCONCLUSIVE"
 
 
 def patched_source(brk: Patch) -> tuple[str, str]:

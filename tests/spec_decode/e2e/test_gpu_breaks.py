@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spec_decode_ci.e2e.gpu_breaks import (
-    BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs,
+    BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs, verdict,
 )
 from spec_decode_ci.emulation import emulated_platform
 from spec_decode_ci.patches import PatchDoesNotApply, gpu_break
@@ -89,6 +89,53 @@ def test_installed_vocabulary_break_turns_the_speculators_construction_red():
     assert broken.returncode == 1 and "first proposal right on 0/" in broken.output, broken.tail()
     control = run(None)
     assert control.returncode == 0, control.tail()
+
+
+# A library whose calls fail as vLLM's engine start does on a GPU other runs share: an error, and an assertion of
+# the library's own (vLLM's memory profile asserts that no other process freed memory meanwhile).
+SHARED_GPU = """
+def start_engine():
+    raise ValueError("Free memory on device cuda:0 (12.18/139.8 GiB) on startup is less than desired")
+
+def profile_memory():
+    assert False, "Error in memory profiling"
+"""
+SUITE = """
+import shared_gpu
+
+def test_output_checked():
+    assert [1, 2] == [1, 3], "the suite's own assertion"
+
+def test_engine_did_not_start():
+    shared_gpu.start_engine()
+
+def test_memory_profile_disturbed():
+    shared_gpu.profile_memory()
+
+def test_unbroken():
+    pass
+"""
+
+
+def test_selfcheck_counts_only_the_suites_assertions_as_caught(tmp_path):
+    """A break is caught only where its tests failed on an assertion of the suite; a test that crashed inside a
+    library instead (an error, or the library's own assert) leaves it INCONCLUSIVE, and a passing one MISSED."""
+    (tmp_path / "shared_gpu.py").write_text(SHARED_GPU)
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    run = run_pytest(str(tmp_path / "test_suite.py"))
+    assert run.red == {"test_output_checked", "test_engine_did_not_start", "test_memory_profile_disturbed"}, run.tail()
+    assert run.red_by_checks == {"test_output_checked"}
+    crashes = sorted(str(f) for f in run.failures if not f.by_a_check)
+    assert crashes == ["test_engine_did_not_start: ValueError: Free memory on device cuda:0 (12.18/139.8 GiB) on "
+                       "startup is less than desired (raised in shared_gpu:3)",
+                       "test_memory_profile_disturbed: AssertionError: Error in memory profiling "
+                       "(raised in shared_gpu:6)"]
+    assert verdict(run, ("test_output_checked",)) == "red"
+    assert verdict(run, ("test_output_checked", "test_memory_profile_disturbed")) == "INCONCLUSIVE"
+    assert verdict(run, ("test_output_checked", "test_unbroken")) == "MISSED"
+    assert verdict(run, None) == "INCONCLUSIVE"
+    assert verdict(run_pytest(str(tmp_path / "test_suite.py"), extra=("-k", "checked or unbroken")), None) == "RED"
+    assert verdict(run_pytest(str(tmp_path / "test_suite.py"), extra=("-k", "unbroken")), None) == "green"
 
 
 def _gpu_selfcheck(*args: str) -> subprocess.CompletedProcess:
