@@ -49,6 +49,8 @@ class BuilderOptions(SpecDecodeOptions):
     kv_cache_dtype: str = "auto"
     quantize_query: bool = True
     force_trtllm: bool = False
+    # The model's attention is non-causal, as a DFlash drafter's is (--attention-config.use_non_causal).
+    non_causal: bool = False
 
 
 def make_vllm_config(options: BuilderOptions):
@@ -71,6 +73,8 @@ def _vllm_config(options: BuilderOptions):
         attention_config = {"disable_flashinfer_q_quantization": True} if not options.quantize_query else {}
         if options.force_trtllm:
             attention_config["use_trtllm_attention"] = True
+        if options.non_causal:
+            attention_config["use_non_causal"] = True
         if attention_config:
             kwargs["attention_config"] = attention_config
         config = EngineArgs(**kwargs).create_engine_config()

@@ -115,6 +115,12 @@ class BuildHarness(BuildHarnessBase):
         with builder_context(self.vllm_config, self.gpu, self.module):
             return compat.cudagraph_padding(compat.model_runner(self.vllm_config))
 
+    def cudagraph_support(self) -> str:
+        """The CUDA-graph support vLLM's builder class claims for this config and KV cache (an
+        ``AttentionCGSupport`` name), asked on the emulated GPU as the GPU model runner asks it."""
+        with builder_context(self.vllm_config, self.gpu, self.module):
+            return type(self.builder).get_cudagraph_support(self.vllm_config, self.builder.kv_cache_spec).name
+
     def padded(self, batch: Batch, num_tokens_padded: int) -> Batch:
         """``batch`` replayed on a CUDA graph of ``num_tokens_padded`` tokens, padded as the runner pads it."""
         return padded_to_cuda_graph(batch, num_tokens_padded, self.decode_threshold, self.options.max_num_seqs,
