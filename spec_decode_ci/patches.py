@@ -352,8 +352,9 @@ GPU_BREAKS = {b.name: b for b in [
               r"\n(?P<indent>[ \t]*)max_seq_len = common_attn_metadata\.max_seq_len\n",
               "\n\\g<indent>max_seq_len = common_attn_metadata.max_seq_len\n"
               "\\g<indent>_longest = int(common_attn_metadata.seq_lens.max().item())\n",
-              "test_draft_model", ("test_mixed_batches_without_host_sync[tiny-llama-self]",
-                                   "test_no_host_sync_in_the_speculative_step[tiny-llama-self]")),
+              # Not the step check on Hopper: there it allows build()'s syncs (native phases plan on the host);
+              # the build check holds them to one per build(). On Blackwell's all-TRTLLM batches both would fail.
+              "test_draft_model", ("test_mixed_batches_without_host_sync[tiny-llama-self]",)),
     gpu_break("native_pages_of_another_request",
               "FlashInfer's native attention takes each request's KV pages from the previous request's block-table "
               "row: the target alone reads another request's cache as much as the speculative run does",
