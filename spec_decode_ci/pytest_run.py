@@ -40,7 +40,10 @@ def record_failure(item, excinfo) -> None:
         return
     import pytest
 
-    entry = excinfo.traceback[-1]
+    # the innermost frame outside pytest's own (pytest.fail raises in _pytest.outcomes)
+    entry = next((e for e in reversed(excinfo.traceback)
+                  if e.frame.f_globals.get("__name__", "").split(".")[0] not in ("_pytest", "pytest")),
+                 excinfo.traceback[-1])
     module = entry.frame.f_globals.get("__name__", "?")
     in_harness = module.split(".")[0] == "spec_decode_ci" or Path(str(entry.path)) == Path(str(item.path))
     check = isinstance(excinfo.value, (AssertionError, pytest.fail.Exception))

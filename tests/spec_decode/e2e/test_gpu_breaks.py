@@ -101,10 +101,14 @@ def profile_memory():
     assert False, "Error in memory profiling"
 """
 SUITE = """
+import pytest
 import shared_gpu
 
 def test_output_checked():
     assert [1, 2] == [1, 3], "the suite's own assertion"
+
+def test_failed_by_the_suite():
+    pytest.fail("the suite's own verdict")
 
 def test_engine_did_not_start():
     shared_gpu.start_engine()
@@ -123,14 +127,15 @@ def test_selfcheck_counts_only_the_suites_assertions_as_caught(tmp_path):
     (tmp_path / "shared_gpu.py").write_text(SHARED_GPU)
     (tmp_path / "test_suite.py").write_text(SUITE)
     run = run_pytest(str(tmp_path / "test_suite.py"))
-    assert run.red == {"test_output_checked", "test_engine_did_not_start", "test_memory_profile_disturbed"}, run.tail()
-    assert run.red_by_checks == {"test_output_checked"}
+    assert run.red == {"test_output_checked", "test_failed_by_the_suite", "test_engine_did_not_start",
+                       "test_memory_profile_disturbed"}, run.tail()
+    assert run.red_by_checks == {"test_output_checked", "test_failed_by_the_suite"}
     crashes = sorted(str(f) for f in run.failures if not f.by_a_check)
     assert crashes == ["test_engine_did_not_start: ValueError: Free memory on device cuda:0 (12.18/139.8 GiB) on "
                        "startup is less than desired (raised in shared_gpu:3)",
                        "test_memory_profile_disturbed: AssertionError: Error in memory profiling "
                        "(raised in shared_gpu:6)"]
-    assert verdict(run, ("test_output_checked",)) == "red"
+    assert verdict(run, ("test_output_checked", "test_failed_by_the_suite")) == "red"
     assert verdict(run, ("test_output_checked", "test_memory_profile_disturbed")) == "INCONCLUSIVE"
     assert verdict(run, ("test_output_checked", "test_unbroken")) == "MISSED"
     assert verdict(run, None) == "INCONCLUSIVE"
