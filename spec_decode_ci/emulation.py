@@ -1,6 +1,7 @@
-"""Emulated Blackwell: the only fakes of the build-path tier, all at the hardware boundary.
+"""Emulated Blackwell (and Hopper): the only fakes of the build-path tier, all at the hardware boundary.
 
-- the platform's device capability (10.0 for B200) and, on a machine without CUDA, its device type;
+- the platform's device capability (10.0 for B200, 9.0 for H100/H200) and, on a machine without CUDA, its device
+  type;
 - which TRTLLM kernels the emulated GPU ships (per phase), and that their cubins are present
   (`has_nvidia_artifactory` would otherwise probe the network);
 - on a machine without CUDA, that host memory cannot be page-locked, and the GPU's SM count (MLA builders size
@@ -43,6 +44,7 @@ class EmulatedGpu:
 
 
 BLACKWELL = EmulatedGpu()
+HOPPER = EmulatedGpu(capability=(9, 0), sm_count=132)  # H100/H200: vLLM's TRTLLM-API decodes run on XQA there
 
 
 _PAGE_LOCKED: dict[int, "weakref.ref[torch.Tensor]"] = {}  # storage address -> a tensor owning it

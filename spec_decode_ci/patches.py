@@ -40,7 +40,8 @@ def _needs_v1_padding(runner: str) -> str | None:
 TIER = tuple(f"spec_decode_ci.suites.{module}" for module in
              ("test_guard_truth_table", "test_reference_equality", "test_native_plan", "test_poisoning",
               "test_properties", "test_cuda_graph_padding", "test_build_isolation", "test_page_locked_plan_inputs",
-              "test_decode_context_parallel", "test_mla_builders", "test_cuda_graph_support"))
+              "test_decode_context_parallel", "test_mla_builders", "test_cuda_graph_support",
+              "test_xqa_draft_mask"))
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,26 @@ REGRESSIONS = {
             r" and \(not use_non_causal or is_xqa_arch\)",
             "",
             present=source_contains("not use_non_causal or is_xqa_arch"),
-            must_fail=("test_uniform_batch_graphs_claimed_only_where_build_keeps_them_on_trtllm_decode[non-causal]",),
+            must_fail=("test_uniform_batch_graphs_claimed_only_where_build_keeps_them_on_trtllm_decode[non-causal-sm100]",),
+        ),
+        regression(
+            "xqa_non_causal_drafts_masked_causal",
+            "on Hopper, a non-causal drafter's speculative decodes handed XQA a causal draft mask: each draft token "
+            "stops seeing the drafts after it",
+            r"(_get_decode_mask\(\s*q_len_per_req,\s*ragged_q_lens,\s*num_decodes,\s*)bool\(causal\),",
+            r"\g<1>True,",
+            present=source_contains("_get_decode_mask("),
+            must_fail=("test_xqa_draft_mask_lets_each_query_see_its_requests_drafts[non-causal]",),
+        ),
+        regression(
+            "xqa_ragged_mask_past_own_drafts",
+            "on Hopper, ragged speculative decodes' XQA draft mask lets a request's query tokens attend one draft "
+            "column past its own query length",
+            r"bool_mask = kv_idx < row_lens\.unsqueeze\(1\)",
+            "bool_mask = kv_idx <= row_lens.unsqueeze(1)",
+            present=source_contains("bool_mask = kv_idx < row_lens.unsqueeze(1)"),
+            # causal rows stop at their own position anyway: only a non-causal batch can show it
+            must_fail=("test_xqa_draft_mask_lets_each_query_see_its_requests_drafts[non-causal]",),
         ),
         regression(
             "fp8_prefill_tables_cut_short",

@@ -93,3 +93,18 @@ def snapshot(result: BuildResult, batch: Batch) -> dict[str, Any]:
     view["plans"] = [(c.wrapper, planned_paged_kv(c)) for c in result.plans]
     return view
 
+
+
+def xqa_draft_mask(decode) -> list[list[bool]] | None:
+    """The packed draft-block mask a TRTLLM-API decode hands XQA, one row per query token, unpacked as
+    FlashInfer's ``xqa`` documents it (uint16 pairs forming 32-bit words, bit j of word w: draft column 32w + j);
+    None where the decode carries none (one query token per request)."""
+    if not hasattr(decode, "mask"):
+        raise compat.MissingVllmField(type(decode).__name__, "mask", "the packed XQA draft mask of a speculative decode")
+    packed = decode.mask
+    if packed is None:
+        return None
+    halves = packed.reshape(-1, packed.shape[-1]).cpu().to(torch.int64) & 0xFFFF  # uint16 read as unsigned
+    words = halves[:, 0::2] | (halves[:, 1::2] << 16)
+    bits = (words.unsqueeze(-1) >> torch.arange(32)) & 1
+    return bits.reshape(words.shape[0], -1).bool().tolist()

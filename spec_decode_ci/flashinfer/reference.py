@@ -90,3 +90,9 @@ def paged_kv(batch: Batch, start: int, end: int, kv_lens: list[int] | None = Non
         last_page_len=[x % page or (page if x else 0) for x in lens],  # no pages: nothing to read
         qo_indptr=cumulative(batch.query_lens[start:end]),
     )
+
+
+def draft_block_mask(query_lens: list[int], causal: bool, columns: int) -> list[list[bool]]:
+    """XQA's draft-block mask for decodes of these query lengths, one row per query token: row i of a request of
+    q tokens may see draft column j < q, and only j <= i where attention is causal; ``columns`` wide."""
+    return [[j < q and (not causal or j <= i) for j in range(columns)] for q in query_lens for i in range(q)]

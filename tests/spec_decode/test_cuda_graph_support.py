@@ -12,21 +12,22 @@ import pytest
 
 from spec_decode_ci import compat
 from spec_decode_ci.buildpath.batches import spec_decode_batch
-from spec_decode_ci.emulation import BLACKWELL
+from spec_decode_ci.emulation import BLACKWELL, HOPPER
 from spec_decode_ci.flashinfer.builder import BuilderOptions
 
 pytestmark = pytest.mark.build_path
 
 
+@pytest.mark.parametrize("gpu", [BLACKWELL, HOPPER], ids=["sm100", "sm90"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
-def test_uniform_batch_graphs_claimed_only_where_build_keeps_them_on_trtllm_decode(build_harness, causal):
-    """On Blackwell, for a causal model and a non-causal (DFlash) drafter: where the builder claims UNIFORM_BATCH,
-    a uniform spec-decode batch must come out of build() as TRTLLM decodes only, with no prefill; a causal model
-    whose uniform batches do come out so must be claimed UNIFORM_BATCH (otherwise spec decode runs without
-    graphs)."""
-    if not causal and not compat.flashinfer_attends_non_causally(build_harness(BuilderOptions(), BLACKWELL).module):
+def test_uniform_batch_graphs_claimed_only_where_build_keeps_them_on_trtllm_decode(build_harness, causal, gpu):
+    """On Blackwell and on Hopper (XQA decodes), for a causal model and a non-causal (DFlash) drafter: where the
+    builder claims UNIFORM_BATCH, a uniform spec-decode batch must come out of build() as TRTLLM decodes only,
+    with no prefill; a causal model whose uniform batches do come out so must be claimed UNIFORM_BATCH
+    (otherwise spec decode runs without graphs)."""
+    if not causal and not compat.flashinfer_attends_non_causally(build_harness(BuilderOptions(), gpu).module):
         pytest.skip("this vLLM's FlashInfer backend has no non-causal path (FlashInferBackend.supports_non_causal)")
-    harness = build_harness(BuilderOptions(non_causal=not causal), BLACKWELL)
+    harness = build_harness(BuilderOptions(non_causal=not causal), gpu)
     claim = harness.cudagraph_support()
     k, page = harness.options.num_spec_tokens, harness.options.page_size
     all_on_graph_decode = True
@@ -43,4 +44,4 @@ def test_uniform_batch_graphs_claimed_only_where_build_keeps_them_on_trtllm_deco
     if causal and all_on_graph_decode:
         assert claim == "UNIFORM_BATCH", (
             f"build() keeps uniform spec-decode batches on TRTLLM decode, yet the builder claims only {claim}: "
-            f"speculative decoding on Blackwell loses its CUDA graphs")
+            f"speculative decoding on {gpu.name} loses its CUDA graphs")

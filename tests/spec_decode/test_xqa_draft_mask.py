@@ -1,0 +1,56 @@
+"""Speculative decodes on Hopper (H100/H200): vLLM runs them on FlashInfer's XQA kernel, which reads which draft
+tokens each query token may attend from a packed draft-block mask the builder makes. A wrong bit there is
+silently wrong attention for every drafted token; the mask must match an independent one, row per query token:
+causal within each request's drafts for a causal model, all of its drafts for a non-causal (DFlash) drafter,
+nothing past a request's own query length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spec_decode_ci import compat
+from spec_decode_ci.buildpath.batches import cdiv, make_batch, spec_decode_batch
+from spec_decode_ci.buildpath.split import split
+from spec_decode_ci.emulation import HOPPER
+from spec_decode_ci.flashinfer import metadata_view, reference
+from spec_decode_ci.flashinfer.builder import BuilderOptions
+
+pytestmark = pytest.mark.build_path
+
+
+def xqa_harness(build_harness, non_causal: bool = False):
+    harness = build_harness(BuilderOptions(non_causal=non_causal), HOPPER)
+    if not getattr(harness.builder, "use_xqa", False):
+        pytest.skip("this vLLM's FlashInfer builder runs no XQA decode on Hopper (use_xqa)")
+    return harness
+
+
+def decode_batches(harness):
+    """(name, batch): uniform spec decodes, decodes before prefills, and decodes of different query lengths
+    (where this vLLM's builder takes them ragged)."""
+    k, page = harness.options.num_spec_tokens, harness.options.page_size
+    yield "uniform", spec_decode_batch(4, 0, k, page, seed=21)
+    yield "mixed", spec_decode_batch(3, 2, k, page, seed=22)
+    if compat.decodes_may_be_ragged(harness.builder):
+        yield "ragged", make_batch([1 + k, 2, 1 + k, 3], [37, 18, 70, 5], page, seed=23)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
+def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, causal):
+    """Every decode's rows of XQA's draft mask, for causal and non-causal batches on Hopper, against the
+    reference mask of the decodes' query lengths (FlashInfer's width: 32 columns per packed word)."""
+    if not causal and not compat.flashinfer_attends_non_causally(build_harness(BuilderOptions(), HOPPER).module):
+        pytest.skip("this vLLM's FlashInfer backend has no non-causal path (FlashInferBackend.supports_non_causal)")
+    harness = xqa_harness(build_harness, non_causal=not causal)
+    for name, batch in decode_batches(harness):
+        batch = dataclasses.replace(batch, causal=causal)
+        m = harness.build(batch).metadata
+        s = split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+        assert (m.num_decodes, type(m.decode).__name__ in compat.TRTLLM_DECODE_CLASSES) == (s.num_decodes, True), (
+            name, batch.describe(), type(m.decode).__name__)
+        query_lens = list(batch.query_lens[:s.num_decodes])
+        expected = reference.draft_block_mask(query_lens, causal, 32 * cdiv(max(query_lens), 32))
+        assert metadata_view.xqa_draft_mask(m.decode) == expected, (name, batch.describe())
