@@ -95,6 +95,15 @@ class UnsupportedEmulation(Exception):
     pass
 
 
+def forget_gpu_answers(*modules) -> None:
+    """Clears every ``functools`` cache among the functions of ``modules`` (vLLM's FlashInfer helpers and
+    backend): some of them answer from the GPU's capability."""
+    for module in modules:
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == module.__name__:
+                value.cache_clear()
+
+
 @contextmanager
 def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterator[EmulatedGpu]:
     """``extra_modules``: copies of vLLM's backend module (self-check) that imported the same names."""
@@ -118,6 +127,10 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
         return shipped and (real_supports(*args, **kwargs) if per_phase else real_supports())
 
     with ExitStack() as stack:
+        # vLLM caches answers it derives from the GPU (supports_trtllm_attention is functools.cache'd): they are
+        # forgotten on entering and on leaving, so no emulated GPU answers for another.
+        forget_gpu_answers(fi_utils, fi_backend, *extra_modules)
+        stack.callback(forget_gpu_answers, fi_utils, fi_backend, *extra_modules)
         # Hardware boundary: report the emulated GPU's compute capability.
         stack.enter_context(mock.patch.object(
             platform_cls, "get_device_capability",

@@ -277,6 +277,16 @@ REGRESSIONS = {
             must_fail=("test_xqa_draft_mask_lets_each_query_see_its_requests_drafts[non-causal]",),
         ),
         regression(
+            "xqa_ragged_query_offsets_shifted",
+            "on Hopper, ragged speculative decodes hand XQA query offsets one request late: each decode reads the "
+            "next request's query tokens",
+            r"(q_lens = decode_q_lens\.tolist\(\)\s*return \(\s*q_len_per_req,\s*)qo_indptr\[: num_decodes \+ 1\],",
+            r"\g<1>qo_indptr[1 : num_decodes + 2],",
+            present=source_contains("q_lens = decode_q_lens.tolist()"),
+            must_fail=("test_xqa_draft_mask_lets_each_query_see_its_requests_drafts[causal]",
+                       "test_xqa_draft_mask_lets_each_query_see_its_requests_drafts[non-causal]"),
+        ),
+        regression(
             "fp8_prefill_tables_cut_short",
             "with an FP8 KV cache and a bf16 query, the TRTLLM prefill handed floor(longest prefill / page) block-table "
             "columns: the last, partly filled page of the longest prefill is never dequantized",

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.emulation import BLACKWELL, HOPPER, EmulatedGpu
 from spec_decode_ci.flashinfer import metadata_view
 from spec_decode_ci.buildpath.batches import Choices, random_spec_decode_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.isolation import builder_settings, metadata_changes, metadata_fields
@@ -71,3 +71,21 @@ def test_no_state_carried_between_builds(build_harness, prefill, decode):
         changed = {k: (settings.get(k), fresh_settings.get(k)) for k in settings.keys() | fresh_settings.keys()
                    if settings.get(k) != fresh_settings.get(k)}
         assert not changed, f"batch {i}: builder settings differ from a fresh builder's (sequence, fresh): {changed}"
+
+
+def test_an_emulated_gpu_answers_for_itself_only():
+    """Blackwell emulated after Hopper in one process still runs a mixed batch on TRTLLM in both phases: what vLLM
+    cached from the Hopper emulation (``supports_trtllm_attention`` is ``functools.cache``'d) does not carry over;
+    and Hopper after Blackwell runs its prefill natively."""
+    from spec_decode_ci.flashinfer.harness import BuildHarness
+
+    def phases(gpu):
+        harness = BuildHarness(gpu=gpu)
+        k, page = harness.options.num_spec_tokens, harness.options.page_size
+        m = harness.build(spec_decode_batch(2, 2, k, page, seed=31)).metadata
+        return type(m.prefill).__name__, type(m.decode).__name__
+
+    blackwell_first = phases(BLACKWELL)
+    hopper = phases(HOPPER)
+    assert phases(BLACKWELL) == blackwell_first and blackwell_first[0] == "TRTLLMPrefill", (blackwell_first, hopper)
+    assert phases(HOPPER) == hopper and hopper[0] != "TRTLLMPrefill", hopper

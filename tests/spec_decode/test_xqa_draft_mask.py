@@ -13,7 +13,7 @@ import pytest
 
 from spec_decode_ci import compat
 from spec_decode_ci.buildpath.batches import cdiv, make_batch, spec_decode_batch
-from spec_decode_ci.buildpath.split import split
+from spec_decode_ci.buildpath.split import cumulative, split
 from spec_decode_ci.emulation import HOPPER
 from spec_decode_ci.flashinfer import metadata_view, reference
 from spec_decode_ci.flashinfer.builder import BuilderOptions
@@ -41,7 +41,8 @@ def decode_batches(harness):
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
 def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, causal):
     """Every decode's rows of XQA's draft mask, for causal and non-causal batches on Hopper, against the
-    reference mask of the decodes' query lengths (FlashInfer's width: 32 columns per packed word)."""
+    reference mask of the decodes' query lengths (FlashInfer's width: 32 columns per packed word); and the query
+    tokens XQA reads for each decode are that request's own."""
     if not causal and not compat.flashinfer_attends_non_causally(build_harness(BuilderOptions(), HOPPER).module):
         pytest.skip("this vLLM's FlashInfer backend has no non-causal path (FlashInferBackend.supports_non_causal)")
     harness = xqa_harness(build_harness, non_causal=not causal)
@@ -54,3 +55,6 @@ def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, c
         query_lens = list(batch.query_lens[:s.num_decodes])
         expected = reference.draft_block_mask(query_lens, causal, 32 * cdiv(max(query_lens), 32))
         assert metadata_view.xqa_draft_mask(m.decode) == expected, (name, batch.describe())
+        start = cumulative(query_lens)
+        assert compat.decode_query_ranges(m) == list(zip(start, start[1:])), (
+            f"{name}: XQA would read the query tokens {compat.decode_query_ranges(m)}", batch.describe())
