@@ -188,6 +188,9 @@ def flashinfer_attends_non_causally(module) -> bool:
     return bool(supports()) if supports is not None else False
 
 
+NO_NON_CAUSAL_PATH = "this vLLM's FlashInfer backend has no non-causal path (FlashInferBackend.supports_non_causal)"
+
+
 @difference("0.28.0", "TRTLLM decode metadata carries q_len_per_req (uniform spec-decode query length)")
 def decode_query_len_per_request(decode) -> int | None:
     """The uniform query length the TRTLLM decode kernel is told, or None where the metadata has no such field."""

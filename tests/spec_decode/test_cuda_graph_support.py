@@ -26,7 +26,7 @@ def test_uniform_batch_graphs_claimed_only_where_build_keeps_them_on_trtllm_deco
     with no prefill; a causal model whose uniform batches do come out so must be claimed UNIFORM_BATCH
     (otherwise spec decode runs without graphs)."""
     if not causal and not compat.flashinfer_attends_non_causally(build_harness(BuilderOptions(), gpu).module):
-        pytest.skip("this vLLM's FlashInfer backend has no non-causal path (FlashInferBackend.supports_non_causal)")
+        pytest.skip(compat.NO_NON_CAUSAL_PATH)
     harness = build_harness(BuilderOptions(non_causal=not causal), gpu)
     claim = harness.cudagraph_support()
     k, page = harness.options.num_spec_tokens, harness.options.page_size

@@ -76,7 +76,7 @@ def test_non_causal_batch_is_planned_non_causal_for_every_request(build_harness,
     over its reference pages."""
     harness = build_harness(BuilderOptions(page_size=page), BLACKWELL)
     if not compat.flashinfer_attends_non_causally(harness.module):
-        pytest.skip("this vLLM's FlashInfer backend has no non-causal path (FlashInferBackend.supports_non_causal)")
+        pytest.skip(compat.NO_NON_CAUSAL_PATH)
     k = harness.options.num_spec_tokens
     for batch in (dataclasses.replace(spec_decode_batch(4, 0, k, page, seed=page), causal=False),
                   dataclasses.replace(spec_decode_batch(3, 2, k, page, seed=page + 1), causal=False)):

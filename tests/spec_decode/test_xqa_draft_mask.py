@@ -44,7 +44,7 @@ def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, c
     reference mask of the decodes' query lengths (FlashInfer's width: 32 columns per packed word); and the query
     tokens XQA reads for each decode are that request's own."""
     if not causal and not compat.flashinfer_attends_non_causally(build_harness(BuilderOptions(), HOPPER).module):
-        pytest.skip("this vLLM's FlashInfer backend has no non-causal path (FlashInferBackend.supports_non_causal)")
+        pytest.skip(compat.NO_NON_CAUSAL_PATH)
     harness = xqa_harness(build_harness, non_causal=not causal)
     for name, batch in decode_batches(harness):
         batch = dataclasses.replace(batch, causal=causal)
