@@ -159,6 +159,7 @@ def trtllm_availability_per_phase() -> bool:
     return "is_prefill" in inspect.signature(check).parameters
 
 
+TRTLLM_PREFILL_CLASS = "TRTLLMPrefill"
 TRTLLM_DECODE_CLASSES = ("FlashInferTrtllmAPIDecode", "TRTLLMDecode")  # newest first
 
 

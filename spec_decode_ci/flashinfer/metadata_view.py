@@ -80,19 +80,31 @@ def planned_attention(call: PlanCall) -> LayerAttention:
     return LayerAttention(**values)
 
 
+def prefill_on_trtllm(m) -> bool:
+    return type(m.prefill).__name__ == compat.TRTLLM_PREFILL_CLASS
+
+
+def decode_on_trtllm(m) -> bool:
+    return type(m.decode).__name__ in compat.TRTLLM_DECODE_CLASSES
+
+
+def all_phases_on_trtllm(m) -> bool:
+    """Every phase the metadata has (prefill, decode) runs TRTLLM's kernels."""
+    return (not m.num_prefills or prefill_on_trtllm(m)) and (not m.num_decodes or decode_on_trtllm(m))
+
+
 def snapshot(result: BuildResult, batch: Batch) -> dict[str, Any]:
     """Everything the kernels would be handed, as plain values (for poisoning differentials)."""
     m = result.metadata
     view: dict[str, Any] = {"counts": (m.num_decodes, m.num_prefills, m.num_decode_tokens, m.num_prefill_tokens),
                             "prefill": type(m.prefill).__name__, "decode": type(m.decode).__name__}
-    if view["prefill"] == "TRTLLMPrefill":
+    if prefill_on_trtllm(m):
         view["trtllm_prefill"] = trtllm_prefill(result, batch)
-    if view["decode"] in compat.TRTLLM_DECODE_CLASSES:
+    if decode_on_trtllm(m):
         view["trtllm_decode"] = trtllm_decode(result, batch)
         view["q_len_per_req"] = compat.decode_query_len_per_request(m.decode)
     view["plans"] = [(c.wrapper, planned_paged_kv(c)) for c in result.plans]
     return view
-
 
 
 def xqa_draft_mask(decode) -> list[list[bool]] | None:

@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from spec_decode_ci import compat
 from spec_decode_ci.emulation import BLACKWELL, HOPPER, EmulatedGpu
 from spec_decode_ci.flashinfer import metadata_view
 from spec_decode_ci.buildpath.batches import Choices, random_spec_decode_batch, spec_decode_batch
@@ -87,5 +88,6 @@ def test_an_emulated_gpu_answers_for_itself_only():
 
     blackwell_first = phases(BLACKWELL)
     hopper = phases(HOPPER)
-    assert phases(BLACKWELL) == blackwell_first and blackwell_first[0] == "TRTLLMPrefill", (blackwell_first, hopper)
-    assert phases(HOPPER) == hopper and hopper[0] != "TRTLLMPrefill", hopper
+    assert phases(BLACKWELL) == blackwell_first and blackwell_first[0] == compat.TRTLLM_PREFILL_CLASS, (
+        blackwell_first, hopper)
+    assert phases(HOPPER) == hopper and hopper[0] != compat.TRTLLM_PREFILL_CLASS, hopper

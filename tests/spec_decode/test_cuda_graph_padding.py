@@ -54,12 +54,11 @@ def test_padded_batches_describe_exactly_the_real_requests(build_harness, page, 
         # padded tokens ride with the prefill tokens (num_actual_tokens counts them), never with real decodes
         assert m.num_prefill_tokens in (real.num_prefill_tokens, real.num_prefill_tokens + batch.padded_tokens), name
         assert m.num_decodes in (real.num_decodes, real.num_decodes + batch.padded_reqs), name
-        all_trtllm = ((not m.num_prefills or type(m.prefill).__name__ == "TRTLLMPrefill")
-                      and (not m.num_decodes or type(m.decode).__name__ in compat.TRTLLM_DECODE_CLASSES))
+        all_trtllm = metadata_view.all_phases_on_trtllm(m)
         assert all_trtllm or gpu is not BLACKWELL, (name, type(m.prefill).__name__, type(m.decode).__name__)
         if all_trtllm:  # Hopper's native prefill plans from host seq_lens: a sync there is vLLM's design
             assert result.syncs == [], f"{name}: " + "\n".join(map(str, result.syncs))
-        if real.num_prefills and type(m.prefill).__name__ == "TRTLLMPrefill":
+        if real.num_prefills and metadata_view.prefill_on_trtllm(m):
             assert metadata_view.trtllm_prefill(result, batch) == reference.trtllm_prefill(batch, real), (
                 name, batch.describe())
         if not real.num_decodes:

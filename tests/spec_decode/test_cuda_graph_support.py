@@ -13,6 +13,7 @@ import pytest
 from spec_decode_ci import compat
 from spec_decode_ci.buildpath.batches import spec_decode_batch
 from spec_decode_ci.emulation import BLACKWELL, HOPPER
+from spec_decode_ci.flashinfer import metadata_view
 from spec_decode_ci.flashinfer.builder import BuilderOptions
 
 pytestmark = pytest.mark.build_path
@@ -36,7 +37,7 @@ def test_uniform_batch_graphs_claimed_only_where_build_keeps_them_on_trtllm_deco
         m = harness.build(batch).metadata
         ran = (f"{m.num_decodes} decodes on {type(m.decode).__name__}, {m.num_prefills} prefills on "
                f"{type(m.prefill).__name__}")
-        on_graph_decode = m.num_prefills == 0 and type(m.decode).__name__ in compat.TRTLLM_DECODE_CLASSES
+        on_graph_decode = m.num_prefills == 0 and metadata_view.decode_on_trtllm(m)
         all_on_graph_decode &= on_graph_decode
         assert claim != "UNIFORM_BATCH" or on_graph_decode, (
             f"the builder claims UNIFORM_BATCH CUDA graphs, but build() ran a uniform batch of {1 + k} query tokens "

@@ -12,6 +12,7 @@ import itertools
 
 import pytest
 
+from spec_decode_ci import compat
 from spec_decode_ci.buildpath.batches import spec_decode_batch
 from spec_decode_ci.emulation import EmulatedGpu
 
@@ -23,7 +24,7 @@ CASES = [
     if p or d
 ]
 
-PREFILL_TYPE = {"trtllm": "TRTLLMPrefill", "native": "FIPrefill"}
+PREFILL_TYPE = {"trtllm": compat.TRTLLM_PREFILL_CLASS, "native": "FIPrefill"}
 DECODE_TYPE = {"native": "FIDecode"}  # the TRTLLM decode class's name changed across releases
 
 

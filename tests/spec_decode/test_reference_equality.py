@@ -52,7 +52,7 @@ def test_fp8_kv_cache_stays_on_trtllm_without_host_sync(build_harness, options, 
         result = harness.build(batch, watch_syncs=True)
         m = result.metadata
         assert {type(m.prefill).__name__, type(m.decode).__name__} <= {
-            "TRTLLMPrefill", harness.trtllm_decode_class, "NoneType"}, (name, type(m.prefill), type(m.decode))
+            compat.TRTLLM_PREFILL_CLASS, harness.trtllm_decode_class, "NoneType"}, (name, type(m.prefill), type(m.decode))
         assert result.syncs == [], f"{name}: build() synced:\n" + "\n".join(map(str, result.syncs))
         assert_trtllm_fields_equal_reference(harness, result, batch, name)
 

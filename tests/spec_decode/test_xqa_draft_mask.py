@@ -50,7 +50,7 @@ def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, c
         batch = dataclasses.replace(batch, causal=causal)
         m = harness.build(batch).metadata
         s = split(batch, harness.decode_threshold, harness.require_uniform_decodes)
-        assert (m.num_decodes, type(m.decode).__name__ in compat.TRTLLM_DECODE_CLASSES) == (s.num_decodes, True), (
+        assert (m.num_decodes, metadata_view.decode_on_trtllm(m)) == (s.num_decodes, True), (
             name, batch.describe(), type(m.decode).__name__)
         query_lens = list(batch.query_lens[:s.num_decodes])
         expected = reference.draft_block_mask(query_lens, causal, 32 * cdiv(max(query_lens), 32))
