@@ -2,8 +2,8 @@
 """GPU self-check of the e2e suites: for each deliberate break of vLLM (spec_decode_ci/e2e/gpu_breaks.py), run
 the suite it targets on the GPU smoke's tiny models and require the break's tests to be red; with --control,
 run each suite unbroken too and require it green. A break counts as caught only where its tests failed on the
-suite's assertions; a test that crashed instead (an engine that could not start) is INCONCLUSIVE, and with
---jobs above 1 such a run is run again alone. Prints one row per run; exits non-zero unless every break was
+suite's assertions; a test that crashed instead (an engine that could not start) is INCONCLUSIVE. With --jobs N,
+N runs go at once, each on a GPU of its own. Prints one row per run; exits non-zero unless every break was
 caught and every control was green.
 
     SPEC_DECODE_E2E_CONFIG=cases.h200_smoke.yaml python scripts/gpu_selfcheck.py [--control] [BREAK ...]
@@ -15,19 +15,20 @@ import argparse
 import os
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from spec_decode_ci import capabilities
 from spec_decode_ci.e2e import cases
 from spec_decode_ci.pytest_run import PytestRun, run_pytest
 from spec_decode_ci.e2e.gpu_breaks import (
-    BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs, verdict,
+    BREAKS, ENV, engine_runner, gpu_slots, not_run_here, run_on_gpus, patched_source, smoke_with_tiny_configs, verdict,
 )
 
 
-def run_suite(suites: tuple[str, ...], brk: str | None, log_dir: Path | None) -> PytestRun:
+def run_suite(suites: tuple[str, ...], brk: str | None, log_dir: Path | None, gpu: str | None) -> PytestRun:
     env = {ENV: brk or "", "SPEC_DECODE_E2E_CONFIG": os.environ.get("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     run = run_pytest(*suites, marker="e2e", plugins=("spec_decode_ci.e2e.gpu_breaks",), env=env)
     if log_dir is not None:
         (log_dir / f"{brk or 'control-' + short(suites)}.log").write_text(run.output)
@@ -43,7 +44,8 @@ def main() -> int:
     parser.add_argument("breaks", nargs="*", help=f"breaks to run (default: all of {', '.join(BREAKS)})")
     parser.add_argument("--control", action="store_true", help="also run each suite without a break")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="runs at once on the GPU (each engine takes the smoke's gpu_memory_utilization)")
+                        help="runs at once, each on a GPU of its own (vLLM's memory profile fails where another "
+                             "process frees memory on its GPU meanwhile)")
     parser.add_argument("--log-dir", type=Path, help="write each run's full pytest output to DIR/<break>.log")
     args = parser.parse_args()
     unknown = [n for n in args.breaks if n not in BREAKS]
@@ -52,11 +54,17 @@ def main() -> int:
     names = args.breaks or list(BREAKS)
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: expected 1 or more")
+    gpus: list[str | None] = [None]  # one run at a time: on the GPUs this process sees
+    if args.jobs > 1:
+        import torch
+
+        try:
+            gpus = list(gpu_slots(args.jobs, dict(os.environ), torch.cuda.device_count()))
+        except ValueError as error:
+            parser.error(f"--jobs {args.jobs}: {error}")
     config = cases.load()
-    share = config.engine.gpu_memory_utilization  # each run's engines take this share of the GPU at once
-    if args.jobs < 1 or args.jobs * share > 0.95:
-        parser.error(f"--jobs {args.jobs}: each run's engine takes {share} of the GPU's memory "
-                     f"(gpu_memory_utilization); at most {max(1, int(0.95 / share))} runs fit at once")
     missing = capabilities.missing(config.engine.requires)
     if missing:
         print(f"gpu_selfcheck: the suites cannot run here: {missing}", file=sys.stderr)
@@ -77,15 +85,9 @@ def main() -> int:
             patched_source(brk)  # a break that no longer applies fails here, before any GPU time
     suites_run = list(dict.fromkeys(BREAKS[n].suites for n in names)) if args.control else []
     jobs = [(suites, None) for suites in suites_run] + [(BREAKS[n].suites, n) for n in names]
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # controls and breaks share the --jobs slots
-        results = list(pool.map(lambda job: run_suite(*job, args.log_dir), jobs))
+    results = run_on_gpus(jobs, gpus, lambda job, gpu: run_suite(*job, args.log_dir, gpu))  # controls and breaks
     for (suites, name), run in zip(jobs, results):
         must_fail = BREAKS[name].must_fail if name else None
-        if args.jobs > 1 and verdict(run, must_fail) == "INCONCLUSIVE":
-            # beside other runs an engine may not start: vLLM wants its share of the GPU free at start-up and
-            # fails its memory profile when another process frees memory meanwhile; alone, it decides
-            print(f"{name or '(none: control)'}: inconclusive beside other runs, run again alone")
-            run = run_suite(suites, name, args.log_dir)
         outcome = verdict(run, must_fail)
         ok &= outcome in ("green", "red")
         print(f"{name or '(none: control)':32s} {short(suites):24s} {outcome:12s} {run.wall_s:6.0f}  "

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import queue
 import sys
-
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from spec_decode_ci import compat
 from spec_decode_ci.compat import module_origin
@@ -22,6 +25,7 @@ from spec_decode_ci.patches import GPU_BREAKS, Patch, PatchDoesNotApply, apply
 from spec_decode_ci.pytest_run import PytestRun
 
 ENV = "SPEC_DECODE_CI_GPU_BREAK"
+T, R = TypeVar("T"), TypeVar("R")
 MARKER = "__spec_decode_ci_break__"
 
 
@@ -73,6 +77,37 @@ def verdict(run: PytestRun, must_fail: tuple[str, ...] | None) -> str:
     if any(t not in run.red for t in must_fail):
         return "MISSED"
     return "red" if all(t in run.red_by_checks for t in must_fail) else "INCONCLUSIVE"
+
+
+def gpu_slots(jobs: int, environ: dict[str, str], device_count: int) -> list[str]:
+    """The GPUs ``jobs`` self-check runs take at once, one each (vLLM fails its memory profile where another
+    process frees memory on its GPU meanwhile): CUDA_VISIBLE_DEVICES's entries where it is set, else the
+    device indices. ValueError where fewer GPUs are visible than ``jobs``."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = [g.strip() for g in visible.split(",") if g.strip()] if visible is not None else [
+        str(i) for i in range(device_count)]
+    if jobs > len(gpus):
+        raise ValueError(f"{jobs} runs at once need a GPU each; {len(gpus)} visible here "
+                         f"({'CUDA_VISIBLE_DEVICES=' + repr(visible) if visible is not None else 'torch.cuda'})")
+    return gpus[:jobs]
+
+
+def run_on_gpus(jobs: list[T], gpus: list[str | None], run: Callable[[T, str | None], R]) -> list[R]:
+    """``run(job, gpu)`` for every job, in order of ``jobs``; as many at once as there are ``gpus``, never two
+    on one GPU (None: the GPUs this process sees, one job at a time)."""
+    free: queue.Queue = queue.Queue()
+    for gpu in gpus:
+        free.put(gpu)
+
+    def on_a_free_gpu(job: T) -> R:
+        gpu = free.get()
+        try:
+            return run(job, gpu)
+        finally:
+            free.put(gpu)
+
+    with ThreadPoolExecutor(max_workers=len(gpus)) as pool:
+        return list(pool.map(on_a_free_gpu, jobs))
 
 
 def patched_source(brk: Patch) -> tuple[str, str]:

@@ -8,12 +8,15 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from spec_decode_ci.e2e.gpu_breaks import (
-    BREAKS, ENV, engine_runner, not_run_here, patched_source, smoke_with_tiny_configs, verdict,
+    BREAKS, ENV, engine_runner, gpu_slots, not_run_here, patched_source, run_on_gpus, smoke_with_tiny_configs,
+    verdict,
 )
 from spec_decode_ci.emulation import emulated_platform
 from spec_decode_ci.patches import PatchDoesNotApply, gpu_break
@@ -143,30 +146,56 @@ def test_selfcheck_counts_only_the_suites_assertions_as_caught(tmp_path):
     assert verdict(run_pytest(str(tmp_path / "test_suite.py"), extra=("-k", "unbroken")), None) == "green"
 
 
-def _gpu_selfcheck(*args: str) -> subprocess.CompletedProcess:
+def _gpu_selfcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     from spec_decode_ci.capabilities import find_checkout
 
     checkout = find_checkout()
     if checkout is None:
         pytest.skip("needs the spec-decode-ci checkout (scripts/ is not installed with the suites)")
-    env = {**os.environ, "SPEC_DECODE_E2E_CONFIG": "cases.h200_smoke.yaml"}
     return subprocess.run([sys.executable, str(checkout / "scripts" / "gpu_selfcheck.py"), *args],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True,
+                          env={**os.environ, "SPEC_DECODE_E2E_CONFIG": "cases.h200_smoke.yaml", **(env or {})})
 
 
-def _smoke_runs_that_fit() -> int:
-    """How many runs of the smoke's engines one GPU holds at once: each takes gpu_memory_utilization of it,
-    and together they may take at most 0.95."""
-    from spec_decode_ci.e2e import cases
+def test_gpu_selfcheck_refuses_more_runs_than_gpus():
+    """--jobs 2 where one GPU is visible: a usage error saying how many are, before any run."""
+    proc = _gpu_selfcheck("--jobs", "2", env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    assert "2 runs at once need a GPU each; 1 visible here" in proc.stderr and "Traceback" not in proc.stderr
 
-    return int(0.95 / cases.load(str(cases.SMOKE_CONFIG_PATH)).engine.gpu_memory_utilization)
+
+@pytest.mark.parametrize("environ, device_count, jobs, expected", [
+    ({}, 4, 2, ["0", "1"]),
+    ({"CUDA_VISIBLE_DEVICES": "3, 5"}, 8, 2, ["3", "5"]),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b,GPU-c"}, 8, 1, ["GPU-a"]),
+])
+def test_gpu_slots_are_the_visible_gpus(environ, device_count, jobs, expected):
+    assert gpu_slots(jobs, environ, device_count) == expected
 
 
-def test_gpu_selfcheck_refuses_more_runs_than_fit_on_the_gpu():
-    """--jobs beyond what the smoke's engines fit on one GPU at once: a usage error saying how many fit."""
-    fit = _smoke_runs_that_fit()
-    proc = _gpu_selfcheck("--jobs", str(fit + 1))
-    assert proc.returncode == 2 and f"at most {fit} runs fit at once" in proc.stderr, proc.stderr[-2000:]
+@pytest.mark.parametrize("environ, device_count", [({}, 1), ({"CUDA_VISIBLE_DEVICES": "2"}, 8),
+                                                    ({"CUDA_VISIBLE_DEVICES": ""}, 8)])
+def test_gpu_slots_refuse_more_jobs_than_gpus(environ, device_count):
+    with pytest.raises(ValueError, match="2 runs at once need a GPU each"):
+        gpu_slots(2, environ, device_count)
+
+
+def test_runs_on_gpus_never_share_one():
+    """Six jobs on two GPUs: results in the jobs' order, both GPUs used, never two jobs on one GPU at once."""
+    lock, running, seen = threading.Lock(), {}, []
+
+    def run(job, gpu):
+        with lock:
+            assert gpu not in running, f"job {job} on GPU {gpu} beside job {running.get(gpu)}"
+            running[gpu] = job
+            seen.append(gpu)
+        time.sleep(0.05)
+        with lock:
+            del running[gpu]
+        return job * 10
+
+    assert run_on_gpus(list(range(6)), ["0", "1"], run) == [0, 10, 20, 30, 40, 50]
+    assert set(seen) == {"0", "1"}
 
 
 def test_gpu_selfcheck_refuses_an_unknown_break():
