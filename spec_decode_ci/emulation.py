@@ -96,8 +96,8 @@ class UnsupportedEmulation(Exception):
 
 
 def forget_gpu_answers(*modules) -> None:
-    """Clears every ``functools`` cache among the functions of ``modules`` (vLLM's FlashInfer helpers and
-    backend): some of them answer from the GPU's capability."""
+    """Clears every ``functools`` cache among the functions of ``modules`` (``compat.gpu_answering_modules``):
+    some of them answer from the GPU's capability."""
     for module in modules:
         for value in list(vars(module).values()):
             if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == module.__name__:
@@ -129,8 +129,9 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
     with ExitStack() as stack:
         # vLLM caches answers it derives from the GPU (supports_trtllm_attention is functools.cache'd): they are
         # forgotten on entering and on leaving, so no emulated GPU answers for another.
-        forget_gpu_answers(fi_utils, fi_backend, *extra_modules)
-        stack.callback(forget_gpu_answers, fi_utils, fi_backend, *extra_modules)
+        answering = (*compat.gpu_answering_modules(), *extra_modules)
+        forget_gpu_answers(*answering)
+        stack.callback(forget_gpu_answers, *answering)
         # Hardware boundary: report the emulated GPU's compute capability.
         stack.enter_context(mock.patch.object(
             platform_cls, "get_device_capability",

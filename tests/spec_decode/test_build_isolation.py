@@ -91,3 +91,32 @@ def test_an_emulated_gpu_answers_for_itself_only():
     assert phases(BLACKWELL) == blackwell_first and blackwell_first[0] == compat.TRTLLM_PREFILL_CLASS, (
         blackwell_first, hopper)
     assert phases(HOPPER) == hopper and hopper[0] != compat.TRTLLM_PREFILL_CLASS, hopper
+
+
+def test_an_emulated_gpu_picks_its_own_mla_prefill_backend():
+    """The MLA prefill backend vLLM selects (``functools.cache``'d on the model's shape, not the GPU) is asked
+    again on each emulated GPU: Hopper after Blackwell does not get a Blackwell-only backend."""
+    from vllm.platforms.interface import DeviceCapability
+
+    from spec_decode_ci.emulation import emulated_platform
+    from spec_decode_ci.mla.builder import MlaOptions, vllm_config
+
+    try:
+        from vllm.v1.attention.backends.mla.prefill import get_mla_prefill_backend
+    except ImportError:
+        pytest.skip("this vLLM has no MLA prefill backend selection (the builder picks its prefill kernel)")
+
+    def selected(gpu):
+        config = vllm_config(MlaOptions(), gpu)
+        with emulated_platform(gpu):
+            try:
+                return get_mla_prefill_backend(config)
+            except ValueError:  # none of the GPU's MLA prefill backends can load here
+                return None
+
+    blackwell = selected(BLACKWELL)
+    assert blackwell is not None and blackwell.supports_compute_capability(DeviceCapability(10, 0)), blackwell
+    hopper = selected(HOPPER)
+    assert hopper is None or hopper.supports_compute_capability(DeviceCapability(9, 0)), (
+        f"on emulated Hopper vLLM selected {hopper.get_name()}, a Blackwell-only backend: Blackwell's answer kept")
+    assert selected(BLACKWELL) is blackwell
