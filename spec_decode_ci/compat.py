@@ -492,6 +492,18 @@ def mla_prefill_backend(vllm_config, num_heads: int, scale: float, dims: dict[st
     return get_mla_prefill_backend(vllm_config)(num_heads=num_heads, scale=scale, vllm_config=vllm_config, **dims)
 
 
+@difference("0.28.0", "an MLA prefill backend runs a context chunk given the chunk and its prefills' queries; "
+                      "before, given the chunk's index and every prefill's queries")
+def mla_context_chunk_runs(chunked_context, q) -> list[tuple[dict[str, Any], int]]:
+    """Per context chunk, the keyword arguments of the prefill backend's ``run_prefill_context_chunk`` (less k and
+    v) as the forward pass passes them, and the number of context rows it gathered (k's and v's rows)."""
+    if hasattr(chunked_context, "chunks"):
+        return [({"chunk": chunk, "q": q[chunk.token_slice]}, chunk.num_context_tokens)
+                for chunk in chunked_context.chunks]
+    bounds = require(chunked_context, "cu_seq_lens", what="MLA chunked context cu_seq_lens").tolist()
+    return [({"chunk_idx": i, "q": q}, row[-1]) for i, row in enumerate(bounds)]
+
+
 @difference("0.28.0", "MLA chunked context is a list of ContextChunk objects, one per run of prefills; before, "
                       "tensors with one row per chunk over every prefill")
 def mla_context_chunks(chunked_context) -> list[list[tuple[int, int, int]]]:

@@ -32,6 +32,21 @@ def expected(batch: Batch, s: Split) -> dict[str, Any]:
     return out
 
 
+def prefill_kernel_rows(batch: Batch, s: Split, chunks: list[list[tuple[int, int, int]]]) -> list[dict[str, Any]]:
+    """The rows each prefill attention call must be told (``KernelCall.rows``): first the new tokens (causal, each
+    prefill's queries against its own new keys), then one call per context chunk (non-causal, the queries of the
+    chunk's prefills against the context tokens it gathered: ``chunks`` as ``compat.mla_context_chunks`` gives
+    them, whose coverage ``expected`` checks)."""
+    q = list(batch.query_lens[s.num_decodes:])
+    calls = [{"batch_size": len(q), "seq_lens": q, "cum_seq_lens_q": cumulative(q), "cum_seq_lens_kv": cumulative(q),
+              "causal": True, "num_q_tokens": sum(q)}]
+    for chunk in chunks:
+        chunk_q, kv = [q[i] for i, _, _ in chunk], [length for _, _, length in chunk]
+        calls.append({"batch_size": len(chunk), "seq_lens": kv, "cum_seq_lens_q": cumulative(chunk_q),
+                      "cum_seq_lens_kv": cumulative(kv), "causal": False, "num_q_tokens": sum(chunk_q)})
+    return calls
+
+
 def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Adjacent (start, length) ranges joined, empty ones dropped."""
     out: list[tuple[int, int]] = []

@@ -12,10 +12,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from spec_decode_ci import compat
 from spec_decode_ci.buildpath import split as phases
 from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
 from spec_decode_ci.buildpath.run import persistent_buffers, poison
-from spec_decode_ci.mla import reference
+from spec_decode_ci.mla import prefill_kernels, reference
 from spec_decode_ci.mla.builder import MlaOptions
 
 from .test_properties import spec_decode_batches
@@ -105,6 +106,33 @@ def test_fields_equal_reference(build_harness, backend, mix):
     harness = build_harness(MlaOptions(backend=backend))
     batch = batch_for(harness, mix)
     check_reference(harness, batch, harness.build(batch))
+
+
+@pytest.mark.parametrize("mix", [m for m, (_, prefills, _) in MIXES.items() if prefills])
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_prefill_kernel_calls_equal_reference(build_harness, backend, mix):
+    """What the prefill backend vLLM selects hands its attention kernel, run on the built metadata as the forward
+    pass runs it: the new tokens' causal call (each prefill's query rows and lengths) and one non-causal call per
+    context chunk (the chunk's prefills' queries, and the context rows it gathered: lengths and offsets agreeing
+    with the gather); the maxima bound the rows."""
+    harness = build_harness(MlaOptions(backend=backend))
+    batch = batch_for(harness, mix)
+    result = harness.build(batch)
+    prefill = result.metadata.prefill
+    selected = prefill_kernels.backend_of(result.metadata)
+    if selected is None:
+        pytest.skip("this vLLM's MLA builder hands no prefill backend to the forward pass")
+    if selected.get_name() not in prefill_kernels.RECORDERS:
+        pytest.skip(f"no recorder of the {selected.get_name()} MLA prefill kernel's arguments")
+    split = phases.split(batch, harness.decode_threshold, harness.require_uniform_decodes)
+    chunks = compat.mla_context_chunks(prefill.chunked_context) if prefill.chunked_context is not None else []
+    new_tokens, chunk_calls = prefill_kernels.calls(result.metadata, harness.options.num_heads, harness.options.dims)
+    made = [new_tokens, *chunk_calls]
+    assert [c.rows() for c in made] == reference.prefill_kernel_rows(batch, split, chunks), batch.describe()
+    for call in made:
+        assert call.max_q_len >= max(call.cum_seq_lens_q[i + 1] - call.cum_seq_lens_q[i]
+                                     for i in range(call.batch_size)), (call, batch.describe())
+        assert call.max_kv_len >= max(call.seq_lens), (call, batch.describe())
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
