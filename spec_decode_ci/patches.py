@@ -64,6 +64,9 @@ class Patch:
     # The GPU model runner (compat.V1_RUNNER / V2_RUNNER) whose code the patch edits: it applies where that
     # runner is installed and shows only where the engine runs it (None: code both runners call).
     runner: str | None = None
+    # For vLLM's common MLA module, whose import registers custom ops and so is never executed again: the
+    # top-level definition whose source the patch edits and the copy compiles again.
+    definition: str = "MLACommonMetadataBuilder"
 
     def runner_missing(self) -> str | None:
         """Why this vLLM cannot run the patched code: its model runner is not installed (None: it is)."""
@@ -338,6 +341,16 @@ REGRESSIONS = {
             target=MLA_COMMON,
             present=source_contains("max_query_len=min("),
             must_fail=('test_fields_equal_reference[FLASHINFER_MLA-mixed]', 'test_random_batches[FLASHINFER_MLA]'),
+        ),
+        regression(
+            "mla_chunk_reads_another_chunks_lens",
+            "an MLA context chunk hands its prefill kernel the KV lengths at its requests' batch positions in the "
+            "flat list of every chunk's lengths: from the second chunk on, another chunk's lengths",
+            r"seq_lens=seq_lens_cpu\[request_slice\],",
+            "seq_lens=seq_lens_cpu[plan.request_start : plan.request_end],",
+            target=MLA_COMMON, definition="build_mla_chunked_context_metadata",
+            present=source_contains("seq_lens=seq_lens_cpu[request_slice],"),
+            must_fail=('test_prefill_kernel_calls_equal_reference[FLASHINFER_MLA-mixed-long-context]',),
         ),
         # The control: vLLM's source compiled into a copy unchanged. The tier must stay green on it.
         regression("none", "no change (control for the copying itself)", r"\A", ""),

@@ -26,31 +26,35 @@ def _compiled_copy(original: types.ModuleType, source: str) -> types.ModuleType:
     return module
 
 
-def _with_class_recompiled(original: types.ModuleType, cls: type, transform=lambda source: source,
-                           **replaced: Any) -> types.ModuleType:
-    """A module with ``original``'s namespace (``replaced`` names swapped) in which class ``cls`` is compiled
-    again from its source through ``transform``: for modules whose import has side effects (custom ops)."""
-    lines, first = inspect.getsourcelines(cls)
+def _with_recompiled(original: types.ModuleType, definitions: dict[Any, Any], **replaced: Any) -> types.ModuleType:
+    """A module with ``original``'s namespace (``replaced`` names swapped) in which each top-level class or
+    function of ``definitions`` is compiled again from its source through its transform (None: unchanged): for
+    modules whose import has side effects (custom ops). The classes compiled again call the functions compiled
+    again (both look names up in the copy's namespace)."""
     module = types.ModuleType(original.__name__, original.__doc__)
     module.__dict__.update(vars(original))
     module.__dict__.update(replaced)
-    source = "\n" * (first - 1) + transform("".join(lines))  # line numbers stay those of vLLM's file
-    exec(compile(source, original.__file__, "exec"), module.__dict__)
+    for definition, transform in definitions.items():
+        lines, first = inspect.getsourcelines(inspect.unwrap(definition))
+        source = "\n" * (first - 1) + (transform or (lambda text: text))("".join(lines))  # vLLM's line numbers
+        exec(compile(source, original.__file__, "exec"), module.__dict__)
     return module
 
 
 @lru_cache(maxsize=None)
 def patched_backend(name: str) -> types.ModuleType:
     """A copy of the module regression ``name`` targets, with the regression applied (for vLLM's common MLA
-    module, whose import registers custom ops, the builder class alone is compiled again)."""
+    module, whose import registers custom ops, the definition the regression edits and the builder class alone
+    are compiled again)."""
     import importlib
 
     regression = REGRESSIONS[name]
     original = importlib.import_module(regression.module)
     if regression.module == MLA_COMMON:
-        cls = original.MLACommonMetadataBuilder
-        where = f"{original.__file__} ({cls.__name__})"
-        return _with_class_recompiled(original, cls, lambda source: apply(regression, source, where))
+        edited = getattr(original, regression.definition)
+        where = f"{original.__file__} ({regression.definition})"
+        return _with_recompiled(original, {original.MLACommonMetadataBuilder: None,
+                                           edited: lambda source: apply(regression, source, where)})
     return _compiled_copy(original, apply(regression, inspect.getsource(original), original.__file__))
 
 
@@ -76,11 +80,11 @@ def _mla_backend_copy(name: str, builder: type) -> tuple[types.ModuleType, types
 
     original_common = importlib.import_module(MLA_COMMON)
     common = patched_backend(name) if REGRESSIONS[name].module == MLA_COMMON else \
-        _with_class_recompiled(original_common, original_common.MLACommonMetadataBuilder)
+        _with_recompiled(original_common, {original_common.MLACommonMetadataBuilder: None})
     backend = importlib.import_module(builder.__module__)
     if builder is original_common.MLACommonMetadataBuilder:
         return common, common
-    return _with_class_recompiled(backend, builder, MLACommonMetadataBuilder=common.MLACommonMetadataBuilder), common
+    return _with_recompiled(backend, {builder: None}, MLACommonMetadataBuilder=common.MLACommonMetadataBuilder), common
 
 
 def requested_mla_backend(builder: type) -> tuple[types.ModuleType, types.ModuleType] | None:
