@@ -8,7 +8,7 @@ One adapter per prefill backend (``RECORDERS``, keyed by the backend's name) rec
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 from unittest import mock
 
@@ -33,8 +33,7 @@ class KernelCall:
 
     def rows(self) -> dict[str, Any]:
         """Everything but the two maxima, which are bounds the kernel tiles by (checked as bounds)."""
-        return {"batch_size": self.batch_size, "seq_lens": self.seq_lens, "cum_seq_lens_q": self.cum_seq_lens_q,
-                "cum_seq_lens_kv": self.cum_seq_lens_kv, "causal": self.causal, "num_q_tokens": self.num_q_tokens}
+        return {k: v for k, v in asdict(self).items() if k not in ("max_q_len", "max_kv_len")}
 
 
 def _runs_trtllm_here() -> bool:
