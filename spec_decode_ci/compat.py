@@ -265,6 +265,14 @@ def model_runner(vllm_config) -> str:
     raise MissingVllmField("vllm.v1.worker", "gpu_model_runner / gpu.model_runner", "the GPU model runner")
 
 
+RUNNER_NAMES = {V1_RUNNER: "V1", V2_RUNNER: "V2"}
+
+
+def runner_name(module: str) -> str:
+    """"V1" or "V2" for a GPU model runner's module (``model_runner``), the module itself for any other."""
+    return RUNNER_NAMES.get(module, module)
+
+
 @dataclass(frozen=True)
 class CudaGraphPadding:
     """How a vLLM GPU model runner fills the requests and tokens it adds to reach a captured CUDA-graph size:

@@ -27,9 +27,79 @@ FLASHINFER_BACKEND = "vllm.v1.attention.backends.flashinfer"
 BREAKAGE = "harness_breakage"  # user property of a test that ended in compat.MissingVllmField
 
 
+RESULTS_OPTION = "--spec-decode-results"
+
+
+def pytest_addoption(parser):
+    parser.addoption(RESULTS_OPTION, metavar="PATH", default=None,
+                     help="write the run's results file here (JSON: what ran, where, each case's figures and checks; "
+                          "spec_decode_ci.results)")
+
+
 def pytest_configure(config):
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    path = config.getoption(RESULTS_OPTION, None)
+    if path and not hasattr(config, "workerinput"):  # under xdist the controller sees every worker's reports
+        config.pluginmanager.register(ResultsRecorder(path), "spec_decode_ci_results")
+
+
+class ResultsRecorder:
+    """Keeps how each test ended and what it recorded, and writes the results file when the session ends."""
+
+    def __init__(self, path: str):
+        from spec_decode_ci import results
+
+        self.path, self.started_at, self.records = path, results.now(), {}
+
+    def pytest_runtest_logreport(self, report):
+        from spec_decode_ci import results
+
+        properties = dict(getattr(report, "user_properties", ()))
+        record = self.records.get(report.nodeid)
+        if record is None:
+            record = self.records[report.nodeid] = results.TestRecord(
+                report.nodeid, results.case_of(report.nodeid, properties), "passed", None, 0.0, {})
+        record.properties.update((k, v) for k, v in properties.items() if k != BREAKAGE)
+        record.duration_s += report.duration
+        outcome = _outcome(report)
+        red = ("failed", "error")
+        if outcome in red and record.outcome not in red or outcome == "skipped" and record.outcome == "passed":
+            record.outcome, record.message = outcome, _message(report)  # a test's first red phase tells
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        from pathlib import Path
+
+        from spec_decode_ci import results
+
+        records = list(self.records.values())
+        results.write(Path(self.path), results.build_results(records, self.started_at, int(exitstatus)))
+
+
+def _outcome(report) -> str | None:
+    """What one phase's report says of its test (None: nothing against it)."""
+    if report.failed:
+        return "error" if report.when != "call" or _breakage(report) else "failed"
+    if report.skipped:
+        return "skipped"
+    return None
+
+
+def _message(report) -> str | None:
+    """A phase's one message: the skip reason, or the exception's own text."""
+    from spec_decode_ci.results import MESSAGE_CHARS
+
+    longrepr = report.longrepr
+    if longrepr is None:
+        return None
+    if isinstance(longrepr, tuple):  # a skip: (path, line, "Skipped: reason")
+        text = str(longrepr[2]).removeprefix("Skipped: ")
+    else:
+        crash = getattr(longrepr, "reprcrash", None)
+        text = crash.message if crash is not None else str(longrepr).strip().splitlines()[-1]
+    breakage = _breakage(report)
+    text = f"{breakage}: {text}" if breakage else text
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 1] + "…"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -81,6 +151,8 @@ def pytest_runtest_makereport(item, call):
     """A test that ends in ``compat.MissingVllmField`` found the harness unable to drive this vLLM: marked so that
     it is reported as an error, not a failure (``pytest_report_teststatus``), and summed up once at the end.
     Every failure's raising site goes to ``run_pytest``'s failure log where one is asked for."""
+    if call.when == "setup":
+        _name_the_case(item)
     outcome = yield
     report = outcome.get_result()
     if call.excinfo is not None and report.failed:
@@ -94,6 +166,15 @@ def pytest_runtest_makereport(item, call):
             exc = exc.__cause__ or exc.__context__
         if exc is not None:
             report.user_properties.append((BREAKAGE, exc.summary))
+
+
+def _name_the_case(item) -> None:
+    """An e2e test (parametrized with a ``case``) records the case it checks, for the results file."""
+    from spec_decode_ci.results import CASE_PROPERTY
+
+    case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
+    if getattr(case, "id", None) and CASE_PROPERTY not in dict(item.user_properties):
+        item.user_properties.append((CASE_PROPERTY, case.id))
 
 
 def _breakage(report) -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from spec_decode_ci import compat
-from spec_decode_ci.generator.load import read_document
+from spec_decode_ci.generator.load import join, read_document
 from spec_decode_ci.generator.readers import Section, boolean, integer, number, one_of, section, text, text_list
 from spec_decode_ci.tiny_configs import FAMILIES
 
@@ -24,6 +24,12 @@ METHODS = ("eagle", "eagle3", "mtp", "draft_model")
 
 fraction = number(0, 1)
 non_negative = number(0)
+
+
+def fractions(doc, path: str, value: Any) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise doc.error(path, "expected a non-empty list of fractions (one per draft position)")
+    return tuple(fraction(doc, join(path, i), v) for i, v in enumerate(value))
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,10 @@ class Case:
     min_acceptance_length: float | None
     min_acceptance_length_ratio: float | None
     min_acceptance_rate: float | None
+    # The fraction of drafting steps whose draft at each position is accepted, as the drafter's construction (tiny
+    # models) or a reference run (real checkpoints) predicts it; None: not predicted.
+    acceptance_per_position: tuple[float, ...] | None = None
+    acceptance_per_position_tolerance: float = 0.0  # 0: exactly, in accepted drafts per position
 
     @property
     def acceptance_length_floor(self) -> float:
@@ -121,8 +131,14 @@ def _parse_case(doc, path: str, suite: str) -> Case:
         min_acceptance_length=r.get("min_acceptance_length", non_negative),
         min_acceptance_length_ratio=r.get("min_acceptance_length_ratio", fraction),
         min_acceptance_rate=r.get("min_acceptance_rate", fraction),
+        acceptance_per_position=r.get("acceptance_per_position", fractions),
+        acceptance_per_position_tolerance=r.get("acceptance_per_position_tolerance", fraction, 0.0),
     )
     r.finish()
+    predicted = case.acceptance_per_position
+    if predicted is not None and len(predicted) != case.num_speculative_tokens:
+        raise doc.error(join(path, "acceptance_per_position"), f"expected {case.num_speculative_tokens} fractions (one "
+                                                           f"per draft position), got {len(predicted)}")
     needs_draft = case.method in ("eagle", "eagle3", "draft_model") and not case.speculators
     if needs_draft and not case.draft:
         raise doc.error(path, f"method {case.method} needs a 'draft' checkpoint (or 'speculators')")

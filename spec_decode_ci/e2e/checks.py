@@ -9,6 +9,10 @@ import pytest
 
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
 from spec_decode_ci.e2e.runner import Run, prompts, run_case
+from spec_decode_ci.results import (
+    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX, MIXED_BATCHES,
+    RUNNER_PROPERTY,
+)
 
 def missing_weights(case: Case) -> str | None:
     """Why the case's checkpoints cannot be loaded here: not in the local HF cache and no hub to fetch from."""
@@ -71,10 +75,18 @@ def record_wall_time(record_property, run: Run, name: str) -> None:
     record_property(f"{name}_wall_s", round(run.wall_s, 2))  # lands in the JUnit XML the step uploads
 
 
+def speculative_run(runs: CaseRuns, case: Case, record_property) -> Run:
+    """The case's speculative run, its model runner recorded (as the worker reported it)."""
+    spec = runs.get(case, True)
+    record_property(RUNNER_PROPERTY, spec.runner)
+    return spec
+
+
 def check_greedy_output(runs: CaseRuns, case: Case, record_property) -> None:
-    baseline, spec = runs.get(case, False), runs.get(case, True)
+    baseline, spec = runs.get(case, False), speculative_run(runs, case, record_property)
     record_wall_time(record_property, baseline, "baseline")
     record_wall_time(record_property, spec, "speculative")
+    record_property(ENGINE_START_S, {"speculative": round(spec.start_s, 2), "baseline": round(baseline.start_s, 2)})
     same = sum(a == b for a, b in zip(baseline.token_ids, spec.token_ids))
     fraction = same / len(baseline.token_ids)
     record_property("match_fraction", round(fraction, 3))
@@ -142,20 +154,44 @@ def check_target_follows_its_weights(runs: CaseRuns, case: Case, record_property
 
 
 def check_acceptance(runs: CaseRuns, case: Case, record_property) -> None:
-    spec = runs.get(case, True)
-    record_property("acceptance_length", round(spec.acceptance_length, 3))
+    """Acceptance above the case's floors and, where the case predicts it, per draft position as predicted."""
+    spec = speculative_run(runs, case, record_property)
+    record_property(ACCEPTANCE_LENGTH, round(spec.acceptance_length, 3))
     record_property("acceptance_rate", round(spec.acceptance_rate, 3))
+    record_property(ACCEPTANCE_PER_POSITION, {"measured": [round(r, 4) for r in spec.acceptance_per_position],
+                                              "expected": list(case.acceptance_per_position or []) or None})
     assert spec.counters.get("vllm:spec_decode_num_drafts", 0) > 0, f"no drafts recorded: {spec.counters}"
     assert spec.acceptance_length >= case.acceptance_length_floor, spec.counters
     if case.min_acceptance_rate is not None:
         assert spec.acceptance_rate >= case.min_acceptance_rate, spec.counters
+    if case.acceptance_per_position is not None:
+        off = acceptance_off_prediction(case, spec)
+        assert not off, off
+
+
+def acceptance_off_prediction(case: Case, run: Run) -> str | None:
+    """Where vLLM's accepted drafts per position leave the case's prediction (beyond its tolerance; with none,
+    by a single draft), or None."""
+    predicted = case.acceptance_per_position
+    drafts = run.counters.get("vllm:spec_decode_num_drafts", 0)
+    measured = run.accepted_per_position
+    if len(measured) != len(predicted):
+        return (f"vLLM counted accepted drafts at {len(measured)} positions ({measured}); the case predicts "
+                f"{len(predicted)} (num_speculative_tokens {case.num_speculative_tokens})")
+    allowed = max(case.acceptance_per_position_tolerance * drafts, 0.5)
+    off = [f"position {i}: {n} of {drafts} drafting steps accepted ({n / drafts:.3f}), predicted {want}"
+           for i, (n, want) in enumerate(zip(measured, predicted)) if abs(n - want * drafts) > allowed]
+    if not off:
+        return None
+    return (f"acceptance per draft position off the prediction (tolerance {case.acceptance_per_position_tolerance})"
+            f": " + "; ".join(off))
 
 
 def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None:
-    spec = runs.get(case, True)
+    spec = speculative_run(runs, case, record_property)
     builds = spec.builds
     record_property("builds", len(builds.batches))
-    record_property("mixed_batches", builds.mixed_batches)
+    record_property(MIXED_BATCHES, builds.mixed_batches)
     record_property("builder_mixed_batches", builds.builder_mixed_batches)
     record_property("host_syncs_in_build", len(builds.syncs))
     floor = runs.config.engine.min_mixed_batches
@@ -170,12 +206,12 @@ def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None
 def check_step_syncs(runs: CaseRuns, case: Case, record_property) -> None:
     """No host sync anywhere in a speculative step (target forward, rejection, the drafter's propose, every
     metadata build) but at the allowed sites of ``step_syncs.ALLOWED_SYNCS``; the others are named file:line."""
-    spec = runs.get(case, True)
+    spec = speculative_run(runs, case, record_property)
     per_step, all_trtllm = spec.steps.syncs_per_step, runs.config.engine.all_trtllm
     record_property("steps", len(per_step))
-    record_property("host_syncs_per_step_max", max(per_step, default=0))
+    record_property(HOST_SYNCS_PER_STEP_MAX, max(per_step, default=0))
     record_property("host_syncs_per_step_mean", round(sum(per_step) / len(per_step), 3) if per_step else 0)
-    record_property("host_sync_sites", "; ".join(f"{site} x{n}" for site, n in spec.steps.sites().most_common()))
+    record_property(HOST_SYNC_SITES, {str(site): n for site, n in spec.steps.sites().most_common()})
     assert per_step, "no engine step observed: the worker's step methods were not called"
     not_allowed = spec.steps.not_allowed(all_trtllm)
     assert not not_allowed, (
@@ -188,7 +224,7 @@ def check_attention_backends(runs: CaseRuns, case: Case, record_property) -> Non
     """Every attention layer, the drafter's included, runs the configured backend: a drafter that selects
     another one (vLLM picks the drafter's backend itself unless the speculative config pins it) would leave
     its metadata builds unobserved."""
-    spec = runs.get(case, True)
+    spec = speculative_run(runs, case, record_property)
     wanted = runs.config.engine.attention_backend
     elsewhere = {layer: backend for layer, backend in spec.attention_backends.items() if backend != wanted}
     record_property("attention_layers", len(spec.attention_backends))

@@ -58,6 +58,16 @@ class Run:
     wall_s: float
     attention_backends: dict[str, str] = field(default_factory=dict)  # layer -> backend, target and drafter
     steps: StepLog = field(default_factory=StepLog)  # host syncs of each engine step, with their call sites
+    start_s: float = 0.0  # LLM() until it returned: the engine's start
+    runner: str | None = None  # the GPU model runner the engine ran on, as the worker reports it (compat.runner_name)
+    accepted_per_position: list[int] = field(default_factory=list)  # drafts accepted at each draft position
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        """The fraction of drafting steps whose draft at each position was accepted (vLLM's per-position
+        counters over its drafts)."""
+        drafts = self.counters.get("vllm:spec_decode_num_drafts", 0)
+        return [n / drafts if drafts else 0.0 for n in self.accepted_per_position]
 
     @property
     def acceptance_length(self) -> float:
@@ -111,13 +121,28 @@ def attention_backends_of(worker) -> dict[str, str]:
             for layer in group.layer_names}
 
 
-def _counters(llm) -> dict[str, float]:
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"  # a Vector: one count per draft position
+
+
+def _counters(llm) -> tuple[dict[str, float], list[int]]:
+    """vLLM's spec-decode counters, and its accepted drafts per position, summed over engines."""
     totals: dict[str, float] = {}
+    per_position: list[int] = []
     for metric in llm.get_metrics():
         value = getattr(metric, "value", None)
-        if isinstance(value, (int, float)) and metric.name.startswith("vllm:spec_decode"):
+        if metric.name == PER_POSITION:
+            values = list(metric.values)
+            per_position = [a + b for a, b in zip(per_position, values)] if per_position else values
+        elif isinstance(value, (int, float)) and metric.name.startswith("vllm:spec_decode"):
             totals[metric.name] = totals.get(metric.name, 0) + value
-    return totals
+    return totals, per_position
+
+
+def model_runner_of(worker) -> str:
+    """On a worker: the module of the GPU model runner it runs (the first of its classes that is vLLM's runner)."""
+    runners = (compat.V1_RUNNER, compat.V2_RUNNER)
+    return next((c.__module__ for c in type(worker.model_runner).__mro__ if c.__module__ in runners),
+                type(worker.model_runner).__module__)
 
 
 def _free_gpu_memory() -> None:
@@ -138,15 +163,17 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
         stack.enter_context(observed_builds(log, 1 + case.num_speculative_tokens if speculative else 1))
         stack.enter_context(compat.vllm_sync_check_as_errors())  # vLLM's own check too, where it has one
         llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
+        started = time.perf_counter() - start
         stack.enter_context(observed_steps(steps))  # the steps of generate(), not the engine's warm-up
         tokens_only = config.engine.skip_tokenizer_init
         params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, ignore_eos=True,
                                 detokenize=not tokens_only)
         outputs = llm.generate(prompts(config), params, use_tqdm=False)
-        counters = _counters(llm) if speculative else {}
+        counters, per_position = _counters(llm) if speculative else ({}, [])
         backends = {k: v for worker in llm.collective_rpc(attention_backends_of) for k, v in worker.items()}
+        runner = compat.runner_name(llm.collective_rpc(model_runner_of)[0])
     wall = time.perf_counter() - start
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     del llm, outputs
     _free_gpu_memory()  # the next engine of the module needs the memory
-    return Run(token_ids, log, counters, wall, backends, steps)
+    return Run(token_ids, log, counters, wall, backends, steps, started, runner, per_position)
