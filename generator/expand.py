@@ -14,7 +14,7 @@ from typing import Any, Callable
 from spec_decode_ci.generator.errors import InputError
 from spec_decode_ci.generator.model import VLLM_NIGHTLY, Device, Matrix, Suite
 from spec_decode_ci.generator.steps import BUILDKITE_KEY_RE, AreaStep
-from spec_decode_ci.generator.names import CAPABILITIES_ENV, DEVICE_ENV
+from spec_decode_ci.generator.names import BASELINE_BUILD_ENV, CAPABILITIES_ENV, DEVICE_ENV, RESULTS_DIR, RESULTS_OPTION
 from spec_decode_ci.generator.routing import Image, image_for, queue_for
 
 # Buildkite's pipeline schema: keys match BUILDKITE_KEY_RE, are at most 100 characters and must not look like a UUID.
@@ -36,6 +36,7 @@ class Step:
     fields: tuple[tuple[str, Any], ...]
     suite: Suite | None = None  # None for a test-area step written in the matrix
     junit_path: str | None = None
+    results_path: str | None = None  # the results file its tests write (spec_decode_ci.results)
     run_command: str | None = None  # the pytest command of a suite step
     vllm: str | None = None  # the vLLM release a compatibility-lane step installs first
 
@@ -84,19 +85,32 @@ def step_label(suite: Suite, device: Device, vllm: str | None = None) -> str:
     return f"{device.emoji} ({device.display_name}) {suite.label}{release}{nightly}"
 
 
-def pytest_command(suite: Suite, junit_path: str) -> str:
+def pytest_command(suite: Suite, junit_path: str, results_path: str) -> str:
     args = ["python", "-m", "pytest", "-p", PLUGIN, "-v", "-rs"]
     if suite.markers:
         args += ["-m", suite.markers]
     if suite.workers > 1:
         args += ["-n", str(suite.workers)]
-    args += ["--pyargs", *suite.tests, f"--junitxml={junit_path}"]
+    args += ["--pyargs", *suite.tests, f"--junitxml={junit_path}", f"{RESULTS_OPTION}={results_path}"]
     return shlex.join(args)
 
 
-def upload_after(command: str, path: str) -> str:
-    """Run ``command``, upload ``path`` whatever its outcome, and keep its exit status ($$ survives upload)."""
-    return f"{command}; status=$$?; buildkite-agent artifact upload {shlex.quote(path)}; exit $$status"
+def report_command(step_key: str, results_path: str, nightly: bool) -> str:
+    """``spec-decode-ci report`` of a suite step: its annotation (context: the step key); a nightly compares with
+    the build the pipeline names in ``BASELINE_BUILD_ENV`` (empty: the annotation says there is no baseline)."""
+    command = shlex.join(["spec-decode-ci", "report", results_path, "--context", step_key])
+    return command + (f' --baseline-build "$${{{BASELINE_BUILD_ENV}:-}}"' if nightly else "")
+
+
+def keep_status(command: str, after: list[str]) -> str:
+    """Run ``command``, then each of ``after`` whatever happened (none of them can fail the step), and exit with
+    ``command``'s status. It holds under ``bash -e`` and where ci-infra joins a step's commands with ``&&``;
+    ``$$`` is Buildkite's escape for a ``$`` the shell sees."""
+    return " ".join([f"{command} && status=0 || status=$$?;", *(f"{c} || true;" for c in after), "exit $$status"])
+
+
+def upload(*paths: str) -> str:
+    return shlex.join(["buildkite-agent", "artifact", "upload", ";".join(paths)])
 
 
 def pip_install(requirement: str) -> str:
@@ -141,8 +155,8 @@ def area_step(matrix: Matrix, step: AreaStep) -> Step:
 
 def suite_step(matrix: Matrix, suite: Suite, device: Device, vllm: str | None = None) -> Step:
     key = step_key(suite, device, vllm)
-    junit_path = f"{matrix.junit_dir}/{key}.xml"
-    run = pytest_command(suite, junit_path)
+    junit_path, results_path = f"{matrix.junit_dir}/{key}.xml", f"{RESULTS_DIR}/{key}.json"
+    run = pytest_command(suite, junit_path, results_path)
     fields: list[tuple[str, Any]] = [("label", step_label(suite, device, vllm)), ("key", key),
                                      ("device", device.test_area_device), ("num_devices", suite.num_devices),
                                      ("timeout_in_minutes", suite.timeout_in_minutes)]
@@ -156,13 +170,13 @@ def suite_step(matrix: Matrix, suite: Suite, device: Device, vllm: str | None = 
     fields.append(("source_file_dependencies", suite.source_file_dependencies))
     machine = ((DEVICE_ENV, device.name), (CAPABILITIES_ENV, ",".join(device.capabilities)))
     fields.append(("env", (*machine, *suite.env)))
-    install = []
-    if matrix.harness_requirement:
-        install.append(pip_install(matrix.harness_requirement))
+    install = [pip_install(matrix.harness_requirement)]
     if vllm:
         install.append(vllm_install(matrix, vllm))
-    fields.append(("commands", (*install, upload_after(run, junit_path))))
-    return Step(key, fields[0][1], device, tuple(fields), suite, junit_path, run, vllm)
+    report = report_command(key, results_path, suite.schedule == "nightly")
+    fields.append(("commands", (*install, keep_status(run, [report, upload(junit_path, results_path)]))))
+    return Step(key, fields[0][1], device, tuple(fields), suite, junit_path=junit_path, results_path=results_path,
+                run_command=run, vllm=vllm)
 
 
 def expand(matrix: Matrix, locate: Locate, pipeline: str = "test-area") -> list[Step]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from spec_decode_ci.generator.load import Document, join, read_document
 from spec_decode_ci.generator.readers import (
-    Section, boolean, env_mapping, integer, one_of, patterned, section, text, text_list,
+    Section, boolean, env_mapping, integer, one_of, patterned, requirement, section, text, text_list,
 )
 from spec_decode_ci.generator.routing import NEEDS, image_for
 from spec_decode_ci.generator.steps import RENAMED, AreaStep, _device_ref, _steps
@@ -78,7 +78,7 @@ class Suite:
 class Matrix:
     group: str | None
     depends_on: tuple[str, ...] | None
-    harness_requirement: str | None
+    harness_requirement: str  # what the suite steps pip-install: harness.requirement, else this version's release
     setup_commands: tuple[str, ...]
     junit_dir: str
     devices: dict[str, Device]
@@ -100,6 +100,13 @@ class Matrix:
 # --- the matrix ----------------------------------------------------------------------------------
 
 
+def default_requirement() -> str:
+    """The harness release being generated, with what its suites run with."""
+    from spec_decode_ci import __version__
+
+    return f"spec-decode-ci[suites]=={__version__}"
+
+
 def parse_matrix(doc: Document) -> Matrix:
     """Turn a located document into a ``Matrix``, or raise a located ``InputError``."""
     top = Section(doc, "", "the hardware matrix", ("harness", "test_area", "buildkite", "devices", "steps", "suites"),
@@ -109,7 +116,7 @@ def parse_matrix(doc: Document) -> Matrix:
     depends_on = test_area.get("depends_on", text_list())
     test_area.finish()
     harness = top.get("harness", section("the harness package"))
-    requirement = harness.get("requirement", text) if harness else None
+    harness_requirement = (harness.get("requirement", requirement) if harness else None) or default_requirement()
     nightly_index = harness.get("vllm_nightly_index", patterned(URL_RE, "an https:// package index URL")) \
         if harness else None
     if harness:
@@ -130,8 +137,6 @@ def parse_matrix(doc: Document) -> Matrix:
     suites = {}
     if suites_reader:
         suites = {name: _parse_suite(doc, join("suites", name), name, devices) for name in suites_reader.data}
-    if suites and not requirement and any("test-area" in s.pipelines for s in suites.values()):
-        raise doc.error("harness", "expected harness.requirement (the pinned package the suite steps install)")
     if not steps and not suites:
         raise doc.error("", "expected at least one entry under `steps` or `suites`")
     nightly = [name for name, s in suites.items() if VLLM_NIGHTLY in s.vllm]
@@ -139,7 +144,7 @@ def parse_matrix(doc: Document) -> Matrix:
         raise doc.error("harness", f"expected harness.vllm_nightly_index (suite '{nightly[0]}' installs vLLM's "
                                    f"nightly wheel)")
     top.finish()
-    return Matrix(group, depends_on, requirement, setup_commands, junit_dir, devices, steps, suites, nightly_index)
+    return Matrix(group, depends_on, harness_requirement, setup_commands, junit_dir, devices, steps, suites, nightly_index)
 
 
 DEVICE_KEYS = ("test_area_device", "display_name", "emoji", "gpu_name", "memory_gib", "compute_capability",

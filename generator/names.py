@@ -4,3 +4,7 @@ MATRIX_NAME = "hardware_matrix.yaml"  # found in the working directory or a pare
 # Written by the generator into each suite step's environment: which matrix device runs it, what it offers
 # (read by spec_decode_ci.capabilities).
 DEVICE_ENV, CAPABILITIES_ENV = "SPEC_DECODE_CI_DEVICE", "SPEC_DECODE_CI_CAPABILITIES"
+# A nightly suite step compares its results with those of the build this names (set by the pipeline's schedule).
+BASELINE_BUILD_ENV = "SPEC_DECODE_CI_BASELINE_BUILD"
+RESULTS_OPTION = "--spec-decode-results"  # the harness plugin's pytest option that writes a run's results file
+RESULTS_DIR = "spec-decode-results"  # where suite steps write their results files (spec_decode_ci.results)

@@ -177,5 +177,18 @@ def plain_mapping(doc: Document, path: str, value: Any) -> dict[str, Any]:
     return value
 
 
+def requirement(doc: Document, path: str, value: Any) -> str:
+    """A pip requirement (PEP 508): ``name[extras]==version``, ``name @ git+https://...@<commit>``, a wheel URL."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    value = text(doc, path, value)
+    try:
+        Requirement(value)
+    except InvalidRequirement as exc:
+        raise doc.error(path, f"expected a pip requirement (PEP 508: name[extras]==version, or name @ URL), "
+                              f"got {value!r}: {str(exc).splitlines()[0]}") from None
+    return value
+
+
 def section(what: str) -> Parse:
     return lambda doc, path, value: Section(doc, path, what)

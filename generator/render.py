@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spec_decode_ci.generator.expand import Step, vllm_install
+from spec_decode_ci.generator.expand import Step, keep_status, report_command, vllm_install
 from spec_decode_ci.generator.model import Matrix
 
 FORMATS = {"test-area": "test_area.yaml.j2", "buildkite": "buildkite.yaml.j2"}
@@ -67,7 +67,8 @@ def native_commands(matrix: Matrix, step: Step) -> list[str]:
     commands = list(matrix.setup_commands)
     if step.vllm:
         commands.append(vllm_install(matrix, step.vllm))
-    return [*commands, step.run_command]
+    report = report_command(step.key, step.results_path, step.suite.schedule == "nightly")
+    return [*commands, keep_status(step.run_command, [report])]  # artifact_paths uploads both files
 
 
 def buildkite_data(matrix: Matrix, steps: list[Step], gated: bool) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def buildkite_data(matrix: Matrix, steps: list[Step], gated: bool) -> dict[str, 
         if step.get("soft_fail"):
             d["soft_fail"] = True
         d["retry"] = {"automatic": [dict(r) for r in AUTOMATIC_RETRY]}
-        d["artifact_paths"] = [step.junit_path]
+        d["artifact_paths"] = [step.junit_path, step.results_path]
         d["env"] = dict(step.get("env"))
         d["commands"] = native_commands(matrix, step)
         out.append(d)

@@ -12,6 +12,8 @@ import importlib.util
 
 import pytest
 
+from spec_decode_ci.generator.names import RESULTS_OPTION
+
 MARKERS = {
     "build_path": "drives vLLM's real FlashInfer metadata builders (CPU with emulated Blackwell, or GPU)",
     "selfcheck": "re-applies known regressions to vLLM's module and expects the build-path tier to go red",
@@ -25,9 +27,6 @@ VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging"}
 FLASHINFER_MARKERS = {"build_path", "selfcheck"}
 FLASHINFER_BACKEND = "vllm.v1.attention.backends.flashinfer"
 BREAKAGE = "harness_breakage"  # user property of a test that ended in compat.MissingVllmField
-
-
-RESULTS_OPTION = "--spec-decode-results"
 
 
 def pytest_addoption(parser):

@@ -69,16 +69,47 @@ def test_a_list_of_releases_gives_a_step_each(tricky_matrix):
     assert "quoting-vllm-0-20-0-cpu" in keys and "quoting-vllm-0-33-0-cpu" in keys
 
 
-def test_pytest_command_names_plugin_suite_marker_and_junit(tricky_matrix):
+def test_pytest_command_names_plugin_suite_marker_junit_and_results(tricky_matrix):
     step = next(s for s in steps_of(tricky_matrix.read_text()) if s.key == "quoting-cpu")
     assert step.run_command == (
         "python -m pytest -p spec_decode_ci.pytest_plugin -v -rs -m 'not slow and e2e' --pyargs "
-        "spec_decode_ci.suites.x --junitxml=junit/quoting-cpu.xml"
+        "spec_decode_ci.suites.x --junitxml=junit/quoting-cpu.xml "
+        "--spec-decode-results=spec-decode-results/quoting-cpu.json"
     )
     assert step.commands == (
         "python -m pip install --quiet spec-decode-ci==9.9.9",
-        step.run_command + "; status=$$?; buildkite-agent artifact upload junit/quoting-cpu.xml; exit $$status",
+        step.run_command + " && status=0 || status=$$?; "
+        "spec-decode-ci report spec-decode-results/quoting-cpu.json --context quoting-cpu || true; "
+        "buildkite-agent artifact upload 'junit/quoting-cpu.xml;spec-decode-results/quoting-cpu.json' || true; "
+        "exit $$status",
     )
+
+
+def test_a_nightly_step_reports_against_the_build_the_pipeline_names(repo_matrix_text):
+    eagle = next(s for s in steps_of(repo_matrix_text) if s.key == "spec-decode-eagle-harness-nightly-b200")
+    assert ' --baseline-build "$${SPEC_DECODE_CI_BASELINE_BUILD:-}" || true;' in eagle.commands[-1]
+    per_change = next(s for s in steps_of(repo_matrix_text) if s.key == "spec-decode-build-path-harness-h200-18gb")
+    assert "--baseline-build" not in per_change.commands[-1]
+
+
+@pytest.mark.parametrize("join", ["lines", "and"])
+@pytest.mark.parametrize("tests, after, status, ran", [
+    ("exit 3", ["echo report", "echo upload"], 3, "report upload"),
+    ("true", ["echo report", "false", "echo upload"], 0, "report upload"),
+    ("false", ["no-such-command-here", "echo upload"], 1, "upload"),
+])
+def test_the_step_keeps_the_tests_status_and_runs_what_follows(tests, after, status, ran, join):
+    """Under `bash -e` (a Buildkite agent) and with the commands joined by `&&` (ci-infra), the report and the
+    upload run whatever the tests did, cannot fail the step, and the step exits with the tests' status."""
+    import subprocess
+
+    from spec_decode_ci.generator.expand import keep_status
+
+    command = keep_status(f"(echo tests; {tests})", after).replace("$$", "$")  # as Buildkite hands it the shell
+    script = f"echo install\n{command}" if join == "lines" else f"echo install && {command}"
+    proc = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True)
+    assert proc.returncode == status, proc.stderr
+    assert proc.stdout.split() == ["install", "tests", *ran.split()]
 
 
 def test_a_suite_key_that_takes_a_step_key_is_located(tricky_matrix):

@@ -111,13 +111,33 @@ def test_top_level_must_be_a_mapping():
         parse("")
 
 
-def test_suites_need_the_pinned_harness(tricky_matrix):
+def test_the_harness_requirement_defaults_to_the_release_being_generated(tricky_matrix):
     import yaml
 
+    from spec_decode_ci import __version__
+
     data = yaml.safe_load(tricky_matrix.read_text(encoding="utf-8"))
-    del data["harness"]
-    with pytest.raises(InputError, match="expected harness.requirement"):
-        parse(yaml.safe_dump(data))
+    del data["harness"]["requirement"]
+    assert parse(yaml.safe_dump(data)).harness_requirement == f"spec-decode-ci[suites]=={__version__}"
+
+
+@pytest.mark.parametrize("requirement", [
+    "spec-decode-ci[suites] @ git+https://github.com/example/spec-decode-ci@0123456789abcdef0123456789abcdef01234567",
+    "spec-decode-ci[suites] @ https://example.org/wheels/spec_decode_ci-0.3.0-py3-none-any.whl",
+    "spec-decode-ci[suites]>=0.3,<0.4",
+])
+def test_the_harness_requirement_takes_any_pip_requirement(tricky_matrix, requirement):
+    text = tricky_matrix.read_text(encoding="utf-8").replace('"spec-decode-ci==9.9.9"', f'"{requirement}"')
+    assert parse(text).harness_requirement == requirement
+
+
+@pytest.mark.parametrize("requirement", ["spec-decode-ci[suites", "spec-decode-ci ==", "git+https://x/y@z"])
+def test_a_harness_requirement_pip_cannot_read_is_located(tricky_matrix, requirement):
+    text = tricky_matrix.read_text(encoding="utf-8").replace('"spec-decode-ci==9.9.9"', f'"{requirement}"')
+    with pytest.raises(InputError) as info:
+        parse(text)
+    assert info.value.path == "harness.requirement" and info.value.line == line_of(text, requirement)
+    assert "expected a pip requirement (PEP 508" in info.value.message
 
 
 def test_misspelt_required_key_names_the_misspelling_not_the_missing_key(tricky_matrix):

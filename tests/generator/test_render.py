@@ -14,6 +14,7 @@ from spec_decode_ci.generator.load import parse_text
 from spec_decode_ci.generator.model import parse_matrix
 from spec_decode_ci.generator.render import RenderOptions, output_data, render_text
 from spec_decode_ci.generator.validate import CI_INFRA_STEP_KEYS, check_round_trip
+from spec_decode_ci import __version__
 from tests.generator import conftest
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -126,8 +127,13 @@ def test_native_step_shape(tricky_matrix):
     assert step["agents"] == {"queue": "b200-k8s"}
     assert step["timeout_in_minutes"] == 60 and step["soft_fail"] is True
     assert {r["exit_status"] for r in step["retry"]["automatic"]} == {-1, 255}
-    assert step["artifact_paths"] == ["junit/nightly-nightly-b200.xml"]
-    assert step["commands"][-1].endswith("--junitxml=junit/nightly-nightly-b200.xml")
+    assert step["artifact_paths"] == ["junit/nightly-nightly-b200.xml", "spec-decode-results/nightly-nightly-b200.json"]
+    tests, report = step["commands"][-1].split(" && status=0 || status=$$?; ")
+    assert tests.endswith("--junitxml=junit/nightly-nightly-b200.xml "
+                          "--spec-decode-results=spec-decode-results/nightly-nightly-b200.json")
+    assert report.startswith("spec-decode-ci report spec-decode-results/nightly-nightly-b200.json "
+                             "--context nightly-nightly-b200 --baseline-build")
+    assert report.endswith("|| true; exit $$status")
 
 
 def test_test_area_shape(repo_matrix_text):
@@ -138,9 +144,10 @@ def test_test_area_shape(repo_matrix_text):
     eagle = next(s for s in data["steps"] if s["key"] == "spec-decode-eagle-harness-nightly-b200")
     assert eagle["label"] == ":nvidia: (B200) Spec Decode Harness Eagle Nightly"
     assert eagle["device"] == "b200-k8s" and eagle["optional"] is True and "working_dir" not in eagle
-    assert eagle["commands"][0] == "python -m pip install --quiet 'spec-decode-ci[suites]==0.2.0'"
+    assert eagle["commands"][0] == f"python -m pip install --quiet 'spec-decode-ci[suites]=={__version__}'"
     assert "--pyargs spec_decode_ci.suites.e2e.test_eagle" in eagle["commands"][1]
-    assert "buildkite-agent artifact upload junit/spec-decode-eagle-harness-nightly-b200.xml" in eagle["commands"][1]
+    assert ("buildkite-agent artifact upload 'junit/spec-decode-eagle-harness-nightly-b200.xml;"
+            "spec-decode-results/spec-decode-eagle-harness-nightly-b200.json'") in eagle["commands"][1]
     assert eagle["mount_buildkite_agent"] is True and eagle["env"]["SPEC_DECODE_CI_DEVICE"] == "b200"
     per_change = next(s for s in data["steps"] if s["key"] == "spec-decode-build-path-harness-h200-18gb")
     assert per_change["device"] == "h200_18gb" and "optional" not in per_change
