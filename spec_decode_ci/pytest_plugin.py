@@ -60,6 +60,7 @@ class ResultsRecorder:
             record = self.records[report.nodeid] = results.TestRecord(
                 report.nodeid, results.case_of(report.nodeid, properties), "passed", None, 0.0, {})
         record.properties.update((k, v) for k, v in properties.items() if k != BREAKAGE)
+        record.case = results.case_of(report.nodeid, record.properties)  # a test may name its case as it runs
         record.duration_s += report.duration
         outcome = _outcome(report)
         red = ("failed", "error")
@@ -95,7 +96,8 @@ def _message(report) -> str | None:
         text = str(longrepr[2]).removeprefix("Skipped: ")
     else:
         crash = getattr(longrepr, "reprcrash", None)
-        text = crash.message if crash is not None else str(longrepr).strip().splitlines()[-1]
+        lines = (crash.message if crash is not None else str(longrepr).strip().splitlines()[-1]).splitlines()
+        text = lines[0] if lines else ""
     breakage = _breakage(report)
     text = f"{breakage}: {text}" if breakage else text
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 1] + "…"

@@ -27,7 +27,7 @@ def download(artifact: str, build: str) -> tuple[Path | None, str]:
         return None, f"{AGENT} is not on PATH"
     into = Path(tempfile.mkdtemp(prefix="spec-decode-baseline-"))
     done = subprocess.run([AGENT, "artifact", "download", artifact, str(into), "--build", build],
-                          capture_output=True, text=True)
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if done.returncode != 0 or not any(into.rglob("*.json")):
         said = (done.stderr or done.stdout).strip().splitlines()
         return None, f"build {build} has no {artifact}" + (f" ({said[-1]})" if said else "")

@@ -5,30 +5,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from spec_decode_ci.results import ACCEPTANCE_PER_POSITION, ENGINE_START_S
+from spec_decode_ci.results import ACCEPTANCE_PER_POSITION, ENGINE_START_S, step_key
 
 
 class MissingPlotting(RuntimeError):
     """matplotlib is not installed (the ``report`` extra)."""
 
 
+def _build(run: dict[str, Any]) -> str:
+    return str(run["step"].get("build_number") or run["finished_at"][:16])
+
+
 def series(runs: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[int, list]], dict[str, list]]:
-    """Runs in the order they finished as x labels; per case and position the acceptance of each run (None where
-    the run did not measure it); per case and engine run the start seconds."""
+    """Builds in the order they finished as x labels (runs of several steps in one build share one); per case and
+    position the acceptance in each build (None where it was not measured); per case and engine the start
+    seconds. A case is named with its step where the runs come from several steps."""
     runs = sorted(runs, key=lambda r: r["finished_at"])
-    labels = [str(r["step"].get("build_number") or r["finished_at"][:16]) for r in runs]
+    labels = list(dict.fromkeys(_build(r) for r in runs))
+    several = len({step_key(r) for r in runs}) > 1
     acceptance: dict[str, dict[int, list]] = {}
     start: dict[str, list] = {}
-    for x, run in enumerate(runs):
+    for run in runs:
+        x = labels.index(_build(run))
         for case in run["cases"]:
+            name = f"{step_key(run)}: {case['id']}" if several else case["id"]
             figure = case["figures"].get(ACCEPTANCE_PER_POSITION)
             if isinstance(figure, dict):
                 for pos, rate in enumerate(figure.get("measured") or []):
-                    acceptance.setdefault(case["id"], {}).setdefault(pos, [None] * len(runs))[x] = rate
+                    acceptance.setdefault(name, {}).setdefault(pos, [None] * len(labels))[x] = rate
             starts = case["figures"].get(ENGINE_START_S)
             if isinstance(starts, dict):
-                for name, seconds in starts.items():
-                    start.setdefault(f"{case['id']} ({name})", [None] * len(runs))[x] = seconds
+                for engine, seconds in starts.items():
+                    start.setdefault(f"{name} ({engine})", [None] * len(labels))[x] = seconds
     return labels, acceptance, start
 
 

@@ -69,8 +69,10 @@ def _start(figure: Any, marked: list[Mark]) -> str:
 def row(case: dict[str, Any], marks: list[Mark]) -> list[str]:
     figures = case["figures"]
     moved = "; ".join(f"{WORSE if m.worse else BETTER} {m.figure}: {m.text}" for m in marks)
+    worst = _worst(case["checks"])
+    icon = WORSE if worst == "passed" and any(m.worse for m in marks) else ICONS[worst]
     return [cell(v) for v in (
-        f"{ICONS[_worst(case['checks'])]} {case['id']}", case.get("runner") or NONE, _counts(case["checks"]),
+        f"{icon} {case['id']}", case.get("runner") or NONE, _counts(case["checks"]),
         _per_position(figures.get(ACCEPTANCE_PER_POSITION), marks),
         _plain(figures.get(ACCEPTANCE_LENGTH), ACCEPTANCE_LENGTH, marks, "{:.3f}"),
         _plain(figures.get(HOST_SYNCS_PER_STEP_MAX), HOST_SYNCS_PER_STEP_MAX, marks),

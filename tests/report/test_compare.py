@@ -1,0 +1,87 @@
+"""What the report marks against a baseline run and against a case's prediction."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from spec_decode_ci.report.compare import baseline_for, compare
+
+
+def run(key="spec-decode-eagle-harness-nightly-b200", finished="2026-12-05T03:00:00+00:00", **figures) -> dict:
+    base = {"acceptance_per_position": {"measured": [0.9, 0.6, 0.3], "expected": None}, "acceptance_length": 2.8,
+            "host_sync_sites": {"eagle.py:10 in propose": 4}, "host_syncs_per_step_max": 0,
+            "engine_start_s": {"speculative": 60.0, "baseline": 40.0}}
+    base.update(figures)
+    return {"step": {"key": key, "build_number": 7}, "finished_at": finished, "vllm": {"version": "0.34.0"},
+            "cases": [{"id": "eagle3-llama", "runner": "V2", "figures": base,
+                       "checks": [{"test": "t::test_acceptance", "outcome": "passed", "message": None}]}]}
+
+
+def marks(now: dict, before: dict | None, **options) -> list[tuple[str, str, bool]]:
+    return [(m.figure, m.text, m.worse) for m in compare(now, before, **options)]
+
+
+def test_an_unchanged_run_has_no_marks():
+    assert marks(run(), run()) == []
+
+
+def test_acceptance_per_position_moves_beyond_the_tolerance_only():
+    lower = run(acceptance_per_position={"measured": [0.9, 0.52, 0.33], "expected": None})
+    assert marks(lower, run()) == [("acceptance_per_position", "position 1: 0.520, baseline 0.600", True)]
+    assert marks(lower, run(), tolerance=0.1) == []
+    higher = run(acceptance_per_position={"measured": [0.97, 0.6, 0.3], "expected": None})
+    assert marks(higher, run()) == [("acceptance_per_position", "position 0: 0.970, baseline 0.900", False)]
+
+
+def test_a_drop_that_stays_above_any_floor_is_still_marked():
+    """The drop vLLM's EAGLE-3 acceptance took unnoticed: every position lower, the mean still above a floor."""
+    dropped = run(acceptance_per_position={"measured": [0.8, 0.45, 0.2], "expected": None}, acceptance_length=2.45)
+    worse = [m for m in marks(dropped, run()) if m[2]]
+    assert [m[0] for m in worse] == ["acceptance_per_position"] * 3 + ["acceptance_length"]
+
+
+def test_measured_against_expected_per_position():
+    off = run(acceptance_per_position={"measured": [0.9, 0.4, 0.3], "expected": [0.9, 0.6, 0.3]})
+    assert marks(off, None) == [("acceptance_per_position", "position 1: 0.400, expected 0.600", True)]
+
+
+def test_a_new_sync_site_and_more_syncs_per_step_are_worse():
+    now = run(host_sync_sites={"eagle.py:10 in propose": 4, "speculator.py:88 in propose": 16},
+              host_syncs_per_step_max=1)
+    assert marks(now, run()) == [
+        ("host_sync_sites", "new sync site speculator.py:88 in propose (x16)", True),
+        ("host_syncs_per_step_max", "1 per step, baseline 0", True)]
+
+
+def test_engine_start_beyond_the_ratio():
+    slow = run(engine_start_s={"speculative": 100.0, "baseline": 40.0})
+    assert marks(slow, run()) == [("engine_start_s", "speculative engine start 100.0 s, baseline 60.0 s (over 1.5x)",
+                                   True)]
+    assert marks(slow, run(), start_ratio=2.0) == []
+
+
+def test_a_check_newly_red_and_a_case_gone():
+    now = run()
+    now["cases"][0]["checks"][0]["outcome"] = "failed"
+    assert marks(now, run()) == [("check", "t::test_acceptance: failed (baseline passed)", True)]
+    before = run()
+    before["cases"].append({"id": "mtp-tiny", "figures": {}, "checks": []})
+    assert marks(run(), before) == [("case", "gone: in the baseline, not in this run", True)]
+
+
+def test_the_baseline_is_the_latest_run_of_the_same_step():
+    older, newer = run(finished="2026-12-01T00:00:00+00:00"), run(finished="2026-12-04T00:00:00+00:00")
+    other_step = run(key="spec-decode-mtp-harness-nightly-b200", finished="2026-12-05T00:00:00+00:00")
+    assert baseline_for(run(), [older, other_step, newer]) is newer
+    assert baseline_for(run(), [other_step]) is None
+    unnamed = copy.deepcopy(run(key=None))
+    assert baseline_for(unnamed, [run(key=None)]) is not None  # off CI: the one baseline given
+
+
+@pytest.mark.parametrize("figure", ["acceptance_per_position", "host_sync_sites", "engine_start_s"])
+def test_a_figure_missing_on_either_side_is_not_compared(figure):
+    now = run()
+    del now["cases"][0]["figures"][figure]
+    assert marks(now, run()) == []
