@@ -85,6 +85,7 @@ class Matrix:
     steps: tuple[AreaStep, ...]
     suites: dict[str, Suite]
     vllm_nightly_index: str | None = None  # the package index of vLLM's nightly wheels (suites with vllm: nightly)
+    vllm_sources: dict[str, tuple[str, ...]] | None = None  # named sets of vLLM's source paths suites depend on
 
     def devices_with(self, capability: str) -> tuple[str, ...]:
         """Devices offering ``capability``, in matrix order (for skip reasons)."""
@@ -109,8 +110,8 @@ def default_requirement() -> str:
 
 def parse_matrix(doc: Document) -> Matrix:
     """Turn a located document into a ``Matrix``, or raise a located ``InputError``."""
-    top = Section(doc, "", "the hardware matrix", ("harness", "test_area", "buildkite", "devices", "steps", "suites"),
-                  renamed=RENAMED)
+    top = Section(doc, "", "the hardware matrix",
+                  ("harness", "test_area", "buildkite", "devices", "vllm_sources", "steps", "suites"), renamed=RENAMED)
     test_area = top.get("test_area", section("test-area settings"), required=True)
     group = test_area.get("group", text)
     depends_on = test_area.get("depends_on", text_list())
@@ -131,12 +132,14 @@ def parse_matrix(doc: Document) -> Matrix:
     devices_reader = top.get("devices", section("devices by name"), required=True)
     devices = {name: _parse_device(doc, join("devices", name), name) for name in devices_reader.data}
 
+    sources = top.get("vllm_sources", vllm_source_sets, default={})
     steps = top.get("steps", _steps(devices), default=())
 
     suites_reader = top.get("suites", section("suites by name"))
     suites = {}
     if suites_reader:
-        suites = {name: _parse_suite(doc, join("suites", name), name, devices) for name in suites_reader.data}
+        suites = {name: _parse_suite(doc, join("suites", name), name, devices, sources)
+                  for name in suites_reader.data}
     if not steps and not suites:
         raise doc.error("", "expected at least one entry under `steps` or `suites`")
     nightly = [name for name, s in suites.items() if VLLM_NIGHTLY in s.vllm]
@@ -144,7 +147,8 @@ def parse_matrix(doc: Document) -> Matrix:
         raise doc.error("harness", f"expected harness.vllm_nightly_index (suite '{nightly[0]}' installs vLLM's "
                                    f"nightly wheel)")
     top.finish()
-    return Matrix(group, depends_on, harness_requirement, setup_commands, junit_dir, devices, steps, suites, nightly_index)
+    return Matrix(group, depends_on, harness_requirement, setup_commands, junit_dir, devices, steps, suites, nightly_index,
+                  sources)
 
 
 DEVICE_KEYS = ("test_area_device", "display_name", "emoji", "gpu_name", "memory_gib", "compute_capability",
@@ -191,13 +195,32 @@ def vllm_releases(doc: Document, path: str, value: Any) -> tuple[str, ...]:
         doc, path, value)
 
 
+VLLM_PATH_RE = re.compile(r"^vllm/[A-Za-z0-9_./\-]*[A-Za-z0-9_/]$")
+
+
+def vllm_source_sets(doc: Document, path: str, value: Any) -> dict[str, tuple[str, ...]]:
+    """``vllm_sources``: named lists of paths in vLLM's package (``vllm/...``; a folder ends in ``/``)."""
+    sets = Section(doc, path, "named sets of vLLM source paths").data
+    paths = text_list(patterned(VLLM_PATH_RE, "a path in vLLM's package, 'vllm/...' (a folder ends in '/')"),
+                      non_empty=True)
+    for name in sets:
+        text(doc, join(path, name), name, pattern=NAME_RE, hint="a set name of lower-case letters, digits and '_'")
+    return {name: paths(doc, join(path, name), listed) for name, listed in sets.items()}
+
+
 SUITE_KEYS = ("key", "label", "devices", "schedule", "optional", "soft_fail", "timeout_in_minutes", "num_devices",
-              "source_file_dependencies", "tests", "markers", "env", "pipelines", "vllm", "needs", "workers")
+              "vllm_sources", "source_file_dependencies", "tests", "markers", "env", "pipelines", "vllm", "needs", "workers")
 
 
-def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]) -> Suite:
+def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device],
+                 sources: dict[str, tuple[str, ...]]) -> Suite:
     text(doc, path, name, pattern=NAME_RE, hint="a suite name of lower-case letters, digits and '_'")
     r = Section(doc, path, f"suite '{name}'", SUITE_KEYS, renamed=RENAMED)
+    named = r.get("vllm_sources", text_list(one_of(tuple(sources)), non_empty=True), ())
+    own = r.get("source_file_dependencies", text_list(non_empty=True), ())
+    if not named and not own:
+        raise doc.error(path, f"suite '{name}' expected `vllm_sources` (sets named under the top-level "
+                              f"vllm_sources) or `source_file_dependencies`: the files whose change runs it")
     suite = Suite(
         name=name,
         key=r.get("key", patterned(STEP_KEY_RE, "a step key of lower-case letters, digits and '-'"), required=True),
@@ -208,7 +231,7 @@ def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]
         soft_fail=r.get("soft_fail", boolean, False),
         timeout_in_minutes=r.get("timeout_in_minutes", integer(1, 24 * 60), required=True),
         num_devices=r.get("num_devices", integer(1), 1),
-        source_file_dependencies=r.get("source_file_dependencies", text_list(non_empty=True), required=True),
+        source_file_dependencies=tuple(dict.fromkeys((*(p for n in named for p in sources[n]), *own))),
         tests=r.get("tests", text_list(patterned(MODULE_RE, "an importable test package or module such as "
                                                            "'spec_decode_ci.suites.e2e'"), non_empty=True),
                     required=True),
