@@ -11,6 +11,7 @@ pipeline's compatibility lane (``compat_lane_releases``) then runs the tier on i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -471,6 +472,22 @@ def vllm_sync_check_module():
 
 
 @difference("0.28.0", "the GPU sync check's mode is fixed at import (gpu_sync_debug._SYNC_CHECK_MODE)")
+@contextlib.contextmanager
+def vllm_env_read_afresh():
+    """Inside: vLLM reads its environment variables again (an engine's start caches them for the process, where
+    this vLLM has that cache); after: the cache as it was, taken anew."""
+    from vllm import envs
+
+    cached = getattr(envs, "_is_envs_cache_enabled", lambda: False)()
+    if cached:
+        envs.disable_envs_cache()
+    try:
+        yield
+    finally:
+        if cached:
+            envs.enable_envs_cache()
+
+
 def vllm_sync_check_as_errors():
     """A context in which vLLM's own GPU sync check, where this vLLM has one, raises on a sync."""
     import contextlib

@@ -9,6 +9,7 @@ import pytest
 
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
 from spec_decode_ci.e2e.runner import Run, prompts, run_case
+from spec_decode_ci.e2e.runner_choice import check_ran_on_asked, not_served
 from spec_decode_ci.results import (
     ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX, MIXED_BATCHES,
     RUNNER_PROPERTY,
@@ -64,7 +65,7 @@ class CaseRuns:
     def get(self, case: Case, speculative: bool) -> Run:
         key = repr(engine_kwargs(self.config, case, speculative))
         if key not in self._runs:
-            reason = missing_weights(case)
+            reason = missing_weights(case) or not_served(self.config, case)
             if reason:
                 pytest.skip(reason)
             self._runs[key] = run_case(self.config, case, speculative)
@@ -76,9 +77,11 @@ def record_wall_time(record_property, run: Run, name: str) -> None:
 
 
 def speculative_run(runs: CaseRuns, case: Case, record_property) -> Run:
-    """The case's speculative run, its model runner recorded (as the worker reported it)."""
+    """The case's speculative run, its model runner recorded (as the worker reported it) and held to the one the
+    run asked for."""
     spec = runs.get(case, True)
     record_property(RUNNER_PROPERTY, spec.runner)
+    check_ran_on_asked(spec.runner, spec.runner_log)
     return spec
 
 

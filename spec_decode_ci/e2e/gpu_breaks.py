@@ -21,6 +21,7 @@ from typing import TypeVar
 from spec_decode_ci import compat
 from spec_decode_ci.compat import module_origin
 from spec_decode_ci.e2e import cases
+from spec_decode_ci.e2e.runner_choice import engine_runner
 from spec_decode_ci.patches import GPU_BREAKS, Patch, PatchDoesNotApply, apply
 from spec_decode_ci.pytest_run import PytestRun
 
@@ -39,15 +40,6 @@ def smoke_with_tiny_configs(root: Path):
 
     smoke = cases.load(str(cases.SMOKE_CONFIG_PATH))
     return smoke.with_models(write_tiny_models(root, smoke.tiny_models, smoke.tiny_heads, weights=False))
-
-
-def engine_runner(config: cases.SuiteConfig, case: cases.Case) -> str:
-    """The GPU model runner vLLM runs ``case``'s speculative engine on, asked of the engine configuration vLLM
-    builds for it (on a CPU, call it under ``emulated_platform()``)."""
-    from vllm.engine.arg_utils import EngineArgs
-
-    kwargs = {**cases.engine_kwargs(config, case, speculative=True), "skip_tokenizer_init": True}
-    return compat.model_runner(EngineArgs(**kwargs).create_engine_config())
 
 
 def suite_of(brk: Patch) -> str:

@@ -19,6 +19,7 @@ from unittest import mock
 
 from spec_decode_ci import compat
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
+from spec_decode_ci.e2e.runner_choice import engine_env, runner_log
 from spec_decode_ci.e2e.step_syncs import StepLog, observed_steps
 from spec_decode_ci.sync import cuda_sync_warnings
 
@@ -61,6 +62,7 @@ class Run:
     start_s: float = 0.0  # LLM() until it returned: the engine's start
     runner: str | None = None  # the GPU model runner the engine ran on, as the worker reports it (compat.runner_name)
     accepted_per_position: list[int] = field(default_factory=list)  # drafts accepted at each draft position
+    runner_log: list[str] = field(default_factory=list)  # what vLLM logged of its model runner at the start
 
     @property
     def acceptance_per_position(self) -> list[float]:
@@ -158,11 +160,11 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
     log, steps = BuildLog(), StepLog()
     start = time.perf_counter()
     with ExitStack() as stack:
-        # the builder must run in this process to be observed; the caller's environment is restored after
-        stack.enter_context(mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}))
+        stack.enter_context(mock.patch.dict(os.environ, engine_env()))  # the caller's is restored after
         stack.enter_context(observed_builds(log, 1 + case.num_speculative_tokens if speculative else 1))
         stack.enter_context(compat.vllm_sync_check_as_errors())  # vLLM's own check too, where it has one
-        llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
+        with runner_log() as runner_logged:
+            llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
         started = time.perf_counter() - start
         stack.enter_context(observed_steps(steps))  # the steps of generate(), not the engine's warm-up
         tokens_only = config.engine.skip_tokenizer_init
@@ -176,4 +178,4 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     del llm, outputs
     _free_gpu_memory()  # the next engine of the module needs the memory
-    return Run(token_ids, log, counters, wall, backends, steps, started, runner, per_position)
+    return Run(token_ids, log, counters, wall, backends, steps, started, runner, per_position, runner_logged)

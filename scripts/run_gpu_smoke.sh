@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# On a GPU machine without a registry, after scripts/install_gpu_smoke.sh: the smoke's e2e suites as one pytest
+# run each, logs, JUnit XML, results file and report under OUT_DIR, named SUITE-LABEL.
+#
+#   scripts/run_gpu_smoke.sh OUT_DIR LABEL [SUITE ...]     (suites: draft_model eagle speculators_mtp)
+#
+# SPEC_DECODE_E2E_RUNNER=V1|V2 asks for one model runner (unset: the one vLLM picks per case); LABEL says which.
+set -uo pipefail
+out=${1:?usage: $0 OUT_DIR LABEL [SUITE ...]}
+label=${2:?usage: $0 OUT_DIR LABEL [SUITE ...]}
+shift 2
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(draft_model eagle speculators_mtp)
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+"$root/scripts/package_layout.sh" /tmp/pkg >/dev/null
+export PYTHONPATH=/tmp/site:/tmp/pkg SPEC_DECODE_CI_MATRIX="$root/hardware_matrix.yaml" \
+  SPEC_DECODE_E2E_CONFIG=cases.h200_smoke.yaml HF_HUB_OFFLINE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn
+status=0
+for suite in "${suites[@]}"; do
+  name="$suite-$label"
+  start=$(date +%s)
+  (cd /tmp && python3 -m pytest -v -m e2e -p spec_decode_ci.pytest_plugin --pyargs "spec_decode_ci.suites.e2e.test_$suite" \
+    --junitxml="$out/junit-$name.xml" --spec-decode-results "$out/results-$name.json") > "$out/$name.log" 2>&1 \
+    || status=$?
+  python3 -m spec_decode_ci.report report "$out/results-$name.json" --output "$out/report-$name.md" >/dev/null 2>&1 || true
+  echo "$name: $(tail -1 "$out/$name.log") ($(( $(date +%s) - start )) s)"
+done
+exit $status
