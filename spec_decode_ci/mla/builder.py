@@ -62,9 +62,23 @@ def page_size_of(options: MlaOptions) -> int:
     return first if isinstance(first, int) else first.base
 
 
-def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | None]]:
+def _module_missing(name: str, exc: BaseException) -> compat.MissingVllmField | None:
+    """The harness's breakage where a backend on vLLM's list names a module or class that does not exist (None:
+    its module exists, and what failed is something it loads)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    module, cls = AttentionBackendEnum[name].get_path().rsplit(".", 1)
+    gone = isinstance(exc, ModuleNotFoundError) and exc.name and (module + ".").startswith(exc.name + ".")
+    if gone or (isinstance(exc, AttributeError) and cls in str(exc)):
+        return compat.MissingVllmField(module, cls, f"MLA backend {name} on vLLM's priority list",
+                                       detail=f"{module}.{cls} of MLA backend {name} does not exist ({exc})")
+    return None
+
+
+def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | compat.MissingVllmField | None]]:
     """Each dense MLA backend vLLM's platform would try for a DeepSeek-style model on ``gpu``, in its order,
-    with the reason it cannot be tested here (None when it can)."""
+    with the reason it cannot be tested here (None when it can; a ``MissingVllmField`` where vLLM lists a
+    backend whose module is gone: the harness's breakage, which its tests raise)."""
     from vllm.platforms.interface import DeviceCapability
     from vllm.triton_utils import HAS_TRITON
 
@@ -72,8 +86,9 @@ def sm100_dense_backends(gpu: EmulatedGpu = BLACKWELL) -> list[tuple[str, str | 
     for name in backend_priorities(gpu.capability):
         try:
             cls = backend_class(name, gpu)
-        except ImportError as exc:
-            found.append((name, f"its module does not import here: {exc}"))
+        except (ImportError, AttributeError) as exc:
+            found.append((name, _module_missing(name, exc) or "a compiled kernel library its module needs cannot "
+                                                               f"load on this machine (hardware boundary): {exc}"))
             continue
         if cls.is_sparse():
             continue

@@ -50,6 +50,18 @@ def test_renamed_metadata_field_ends_every_batch_test_in_missing_vllm_field():
     assert_harness_breakage(code, output, "seq_lens_cpu_upper_bound")
 
 
+def test_an_mla_backend_whose_module_is_gone_is_breakage_not_a_skip():
+    """A backend on vLLM's SM100 MLA list whose module no longer exists errors in every test of it, summed up in
+    the one line; the other backends' tests still pass."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    module = AttentionBackendEnum["FLASHMLA"].get_path().rsplit(".", 1)[0]
+    code, output = run_changed({HIDE_ENV: module}, "test_mla_builders")
+    counts = assert_harness_breakage(code, output, f"{module} has no FlashMLABackend")
+    assert counts.get("passed"), output[-3000:]
+    assert "FLASHMLA: " not in output, output[-3000:]  # not skipped with a reason
+
+
 def test_without_flashinfer_the_run_ends_at_collection_in_one_line():
     """vLLM's CPU image has no FlashInfer: the run stops before any test, naming the module and the image the
     suites expect (no ImportError per test, no green run of skips)."""

@@ -13,6 +13,7 @@ import pytest
 from spec_decode_ci.generator.expand import expand
 from spec_decode_ci.generator.load import read_document
 from spec_decode_ci.generator.model import parse_matrix
+from spec_decode_ci.generator.names import RESULTS_OPTION
 from spec_decode_ci.capabilities import MATRIX_NAME, find_matrix
 from spec_decode_ci.e2e import cases
 from spec_decode_ci.e2e.checks import SuiteTests
@@ -33,7 +34,8 @@ def generated_steps():
 
 
 def collect(command: str, env: dict[str, str]) -> set[str]:
-    args = [a for a in shlex.split(command) if not a.startswith("--junitxml")]
+    # collected from the checkout: nothing the step writes (its JUnit XML, its results file) is written there
+    args = [a for a in shlex.split(command) if not a.startswith(("--junitxml", RESULTS_OPTION))]
     assert args[:3] == ["python", "-m", "pytest"], command
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-qq", "-p", "no:cacheprovider",
                            *args[3:]], cwd=MATRIX.parent, capture_output=True, text=True, env={**os.environ, **env})
