@@ -11,7 +11,7 @@ import pytest
 from spec_decode_ci.pytest_run import run_pytest
 from spec_decode_ci.suites.vllm_changes import HIDE_ENV, RENAME_ENV
 
-pytestmark = pytest.mark.build_path
+pytestmark = pytest.mark.selfcheck  # the harness's own behaviour, checked in children of the tier
 
 
 def run_changed(env: dict[str, str], *modules: str, workers: int = 0) -> tuple[int, str]:
