@@ -21,9 +21,11 @@ import tempfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+from typing import Callable
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -46,28 +48,45 @@ def requirements(wheel: Path, extras: set[str]) -> list[Requirement]:
     return out
 
 
+def wheel_version(wheel: Path) -> Version:
+    return Version(wheel.name.split("-")[1])
+
+
 def download(req: Requirement, into: Path) -> Path:
-    before = set(into.glob("*.whl"))
+    """The newest wheel for the machine that satisfies ``req`` (pip picks it), from ``into`` or downloaded there."""
     spec = str(Requirement(f"{req.name}{req.specifier}"))
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                     "--python-version", "3.12", "--implementation", "cp", *(f"--platform={p}" for p in PLATFORMS),
                     "-d", str(into), spec], check=True, stderr=subprocess.DEVNULL)
-    new = set(into.glob("*.whl")) - before
     name = canonicalize_name(req.name)
-    found = [w for w in (new or into.glob("*.whl")) if canonicalize_name(w.name.split("-")[0]) == name]
-    return found[0]
+    found = [w for w in into.glob("*.whl") if canonicalize_name(w.name.split("-")[0]) == name
+             and req.specifier.contains(wheel_version(w), prereleases=True)]
+    if not found:
+        raise LookupError(f"no wheel of {spec} for the machine")
+    return max(found, key=wheel_version)
 
 
 class CannotRun(Exception):
-    """The release pins a package the machine must keep at another version."""
+    """The release pins a package the machine must keep at another version, or its requirements conflict."""
+
+    def __init__(self, message: str, requirer: str | None = None, unsatisfiable: str | None = None):
+        super().__init__(message)
+        self.requirer = requirer  # the carried package whose requirement it is (None: vLLM's own)
+        self.unsatisfiable = unsatisfiable  # the package no wheel of which meets what is asked
 
 
-def resolve(root: Path, have: dict[str, Version], without: set[str], fetch, scratch) -> dict[str, tuple[Path, str]]:
-    """The wheels to carry, each with the requirement that brought it. ``fetch(req)`` gives a wheel that satisfies
-    req; ``scratch(name, version)`` the wheel of an installed version, read for the requirements of an extra that
-    the machine's install may lack (``pydantic-extra-types[pycountry]`` where pydantic-extra-types is there)."""
+Fetch = Callable[[Requirement], Path]
+
+
+Constraint = tuple[str, Version, SpecifierSet]  # (the carried package asking, its version, what it asks)
+
+
+def resolve_once(root: Path, have: dict[str, Version], without: set[str], fetch: Fetch, scratch,
+                 excluded: dict[str, set[Version]], constraints: dict[str, list[Constraint]],
+                 carried: dict[str, tuple[Path, str]]) -> dict[str, set[str]]:
+    """One pass, first requirement first, filling ``carried`` (each wheel with the requirement that brought it);
+    returns the extras asked of each package."""
     queue = [(r, "vllm") for r in requirements(root, set())]
-    carried: dict[str, tuple[Path, str]] = {}
     seen: dict[str, set[str]] = {}
     while queue:
         req, by = queue.pop(0)
@@ -84,12 +103,79 @@ def resolve(root: Path, have: dict[str, Version], without: set[str], fetch, scra
                 continue
             wheel = scratch(name, have[name])
         elif name in KEEP:
-            raise CannotRun(f"{by} needs {req}, the machine has {name} {have.get(name)}")
+            raise CannotRun(f"{by} needs {req}, the machine has {name} {have.get(name)}",
+                            requirer=by if by in carried else None)
         else:
-            wheel = fetch(req)
+            spec = req.specifier & SpecifierSet(",".join(f"!={v}" for v in sorted(excluded.get(name, ()))))
+            for _, _, asked in constraints.get(name, ()):
+                spec &= asked
+            try:
+                wheel = fetch(Requirement(f"{req.name}{spec}"))
+            except (LookupError, subprocess.CalledProcessError):
+                raise CannotRun(f"{by} needs {req}: no wheel of {req.name}{spec} for the machine",
+                                unsatisfiable=name) from None
             carried[name] = (wheel, f"{by}: {req}")
         queue += [(r, name) for r in requirements(wheel, new - {""}) if canonicalize_name(r.name) != name]
-    return carried
+    return seen
+
+
+def conflicts(carried: dict[str, tuple[Path, str]], seen: dict[str, set[str]], have: dict[str, Version],
+              without: set[str]) -> tuple[list[tuple[str, Requirement, str]], list[str]]:
+    """([(a carried package, its requirement of another carried package that the set does not meet, why)],
+    [what a carried package asks of an installed one that the machine's version does not give: it is kept])."""
+    versions = {n: wheel_version(w) for n, (w, _) in carried.items()}
+    among, installed = [], []
+    for name, (wheel, _) in carried.items():
+        for req in requirements(wheel, seen[name] - {""}):
+            dep = canonicalize_name(req.name)
+            if dep in without:
+                continue
+            if dep in versions and not req.specifier.contains(versions[dep], prereleases=True):
+                among.append((name, req, f"{wheel.name} needs {req}, the set has {dep} {versions[dep]}"))
+            elif dep not in versions and dep in have and not req.specifier.contains(have[dep], prereleases=True):
+                installed.append(f"{wheel.name} asks {req}; the machine's {dep} {have[dep]} is kept")
+    return among, installed
+
+
+def resolve(root: Path, have: dict[str, Version], without: set[str], fetch: Fetch, scratch,
+            rounds: int = 50) -> dict[str, tuple[Path, str]]:
+    """The wheels to carry, each with the requirement that brought it, consistent with one another and with the
+    machine. Where a carried wheel A needs another version of a package B than the set holds, the next pass
+    takes B as A asks (opentelemetry-sdk 1.34.0 needs opentelemetry-api==1.34.0); where B cannot be had so
+    (vLLM 0.26.0 pins apache-tvm-ffi==0.1.10, xgrammar 0.2.9 needs >=0.1.11), A's version is excluded instead.
+    ``fetch(req)`` gives a wheel that satisfies req; ``scratch(name, version)`` the wheel of an installed
+    version, read for the requirements of an extra the install may lack (``pydantic-extra-types[pycountry]``
+    where pydantic-extra-types is there)."""
+    excluded: dict[str, set[Version]] = {}
+    constraints: dict[str, list[Constraint]] = {}
+    why = ""
+    for _ in range(rounds):
+        carried: dict[str, tuple[Path, str]] = {}
+        try:
+            seen = resolve_once(root, have, without, fetch, scratch, excluded, constraints, carried)
+        except CannotRun as e:
+            if e.unsatisfiable and constraints.get(e.unsatisfiable):
+                asker, version, _ = constraints[e.unsatisfiable].pop()
+                excluded.setdefault(asker, set()).add(version)
+                continue
+            if e.requirer is None:
+                raise CannotRun(f"{e}{f' (after: {why})' if why else ''}") from None
+            excluded.setdefault(e.requirer, set()).add(wheel_version(carried[e.requirer][0]))
+            why = str(e)
+            continue
+        among, installed = conflicts(carried, seen, have, without)
+        if not among:
+            for line in installed:
+                print(f"smoke_pieces: note: {line}", file=sys.stderr)
+            return carried
+        asker, req, why = among[0]
+        constraint = (asker, wheel_version(carried[asker][0]), req.specifier)
+        dep = canonicalize_name(req.name)
+        if constraint in constraints.get(dep, []):
+            excluded.setdefault(asker, set()).add(constraint[1])
+        else:
+            constraints.setdefault(dep, []).append(constraint)
+    raise CannotRun(f"no consistent set after {rounds} rounds; last: {why}")
 
 
 def main() -> int:
@@ -106,14 +192,23 @@ def main() -> int:
     (vllm,) = args.wheels.glob("vllm-*.whl")
     scratch_dir = Path(tempfile.mkdtemp())
     try:
-        carried = resolve(vllm, have, {canonicalize_name(n) for n in args.without},
-                          lambda req: download(req, args.wheels),
+        fetched: dict[str, Path] = {}  # each requirement asked of pip once, whatever the rounds
+
+        def fetch(req: Requirement) -> Path:
+            if str(req) not in fetched:
+                fetched[str(req)] = download(req, args.wheels)
+            return fetched[str(req)]
+
+        carried = resolve(vllm, have, {canonicalize_name(n) for n in args.without}, fetch,
                           lambda name, version: download(Requirement(f"{name}=={version}"), scratch_dir))
     except CannotRun as e:
         print(f"smoke_pieces: {e}: it cannot run there", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(scratch_dir)
+    keep = {vllm} | {w for w, _ in carried.values()}
+    for wheel in set(args.wheels.glob("*.whl")) - keep:
+        wheel.unlink()  # a version tried and excluded
     for wheel, why in carried.values():
         print(f"{wheel.stat().st_size / 2**20:8.1f} MiB  {wheel.name}  ({why})")
     total = sum(w.stat().st_size for w, _ in carried.values())

@@ -42,6 +42,8 @@ class Index:
 
     def fetch(self, req: Requirement) -> Path:
         versions = [v for v in self.packages[req.name] if SpecifierSet(str(req.specifier)).contains(v)]
+        if not versions:
+            raise LookupError(f"no wheel of {req}")  # as pip download fails
         best = max(versions, key=Version)
         self.fetched.append(req.name)
         return self.wheel(req.name, best)
@@ -106,3 +108,31 @@ def test_a_pin_on_the_machines_torch_is_refused(pieces, tmp_path):
     with pytest.raises(pieces.CannotRun, match=r"torch==2.12.0.*torch 2.11.0"):
         resolve(pieces, tmp_path, packages, have={"torch": "2.11.0"})
     assert resolve(pieces, tmp_path, {"vllm": {"0.26.0": ["torch==2.11.0"]}}, have={"torch": "2.11.0"}) == {}
+
+
+def test_a_wheel_needing_another_version_than_the_set_holds_is_taken_older(pieces, tmp_path):
+    """vLLM pins apache-tvm-ffi==0.1.10; xgrammar 0.2.9 needs >=0.1.11: the set takes xgrammar 0.2.8."""
+    packages = {"vllm": {"0.26.0": ["xgrammar<1,>=0.2.1", "apache-tvm-ffi==0.1.10", "numpy", "mistral-common"]},
+                "mistral-common": {"1.13.1": ["numpy<2.4"]},  # the machine's numpy 2.5.2 is kept
+                "xgrammar": {"0.2.8": ["apache-tvm-ffi>=0.1.9"], "0.2.9": ["apache-tvm-ffi>=0.1.11"]},
+                "apache-tvm-ffi": {"0.1.10": [], "0.1.11": []}}
+    assert resolve(pieces, tmp_path, packages, have={"numpy": "2.5.2"}) == {
+        "xgrammar": "0.2.8", "apache-tvm-ffi": "0.1.10", "mistral-common": "1.13.1"}
+
+
+def test_a_wheel_needing_another_torch_is_taken_older_or_refused(pieces, tmp_path):
+    """A carried wheel that needs a torch the machine cannot have is taken at an older version that does not."""
+    packages = {"vllm": {"0.26.0": ["lib"]}, "lib": {"1.0": ["torch<3"], "2.0": ["torch>=3"]}}
+    assert resolve(pieces, tmp_path, packages, have={"torch": "2.11.0"}) == {"lib": "1.0"}
+    packages["lib"] = {"2.0": ["torch>=3"]}
+    with pytest.raises(pieces.CannotRun, match=r"no wheel of lib!=2.0 for the machine \(after: lib needs torch>=3, the machine has torch 2.11.0\)"):
+        resolve(pieces, tmp_path, packages, have={"torch": "2.11.0"})
+
+
+def test_a_dependency_is_taken_as_the_wheel_needing_it_asks(pieces, tmp_path):
+    """opentelemetry-sdk 1.34.0 needs opentelemetry-api==1.34.0 where another requirement brought the newest
+    api: the set takes api 1.34.0, not an ever older sdk."""
+    packages = {"vllm": {"0.26.0": ["opentelemetry-api", "opentelemetry-sdk<1.35"]},
+                "opentelemetry-api": {"1.34.0": [], "1.45.3": []},
+                "opentelemetry-sdk": {"1.33.0": ["opentelemetry-api==1.33.0"], "1.34.0": ["opentelemetry-api==1.34.0"]}}
+    assert resolve(pieces, tmp_path, packages) == {"opentelemetry-api": "1.34.0", "opentelemetry-sdk": "1.34.0"}
