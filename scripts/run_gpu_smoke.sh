@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a GPU machine without a registry, after scripts/install_gpu_smoke.sh: the smoke's e2e suites as one pytest
-# run each, logs, JUnit XML, results file and report under OUT_DIR, named SUITE-LABEL.
+# On a GPU machine without a registry, after scripts/install_gpu_smoke.sh: the package installed from this
+# checkout under /tmp/pkg, then the smoke's e2e suites as one pytest run each, from outside the checkout; logs,
+# JUnit XML, results file and report under OUT_DIR, named SUITE-LABEL.
 #
 #   scripts/run_gpu_smoke.sh OUT_DIR LABEL [SUITE ...]     (suites: draft_model eagle speculators_mtp)
 #
@@ -13,7 +14,9 @@ suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(draft_model eagle speculators_mtp)
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
-"$root/scripts/package_layout.sh" /tmp/pkg >/dev/null
+# the package as pip installs it (the machine's setuptools builds it; no registry needed)
+rm -rf /tmp/pkg && python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/pkg "$root" \
+  || { echo "run_gpu_smoke: the package did not install from $root" >&2; exit 2; }
 export PYTHONPATH=/tmp/site:/tmp/pkg SPEC_DECODE_CI_MATRIX="$root/hardware_matrix.yaml" \
   SPEC_DECODE_E2E_CONFIG=cases.h200_smoke.yaml HF_HUB_OFFLINE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn
 status=0
