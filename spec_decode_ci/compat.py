@@ -471,7 +471,6 @@ def vllm_sync_check_module():
         return None
 
 
-@difference("0.28.0", "the GPU sync check's mode is fixed at import (gpu_sync_debug._SYNC_CHECK_MODE)")
 @contextlib.contextmanager
 def vllm_env_read_afresh():
     """Inside: vLLM reads its environment variables again (an engine's start caches them for the process, where
@@ -488,19 +487,27 @@ def vllm_env_read_afresh():
             envs.enable_envs_cache()
 
 
+@difference("0.28.0", "the GPU sync check's mode is fixed at import (gpu_sync_debug._SYNC_CHECK_MODE)")
+@contextlib.contextmanager
 def vllm_sync_check_as_errors():
-    """A context in which vLLM's own GPU sync check, where this vLLM has one, raises on a sync."""
-    import contextlib
+    """A context in which vLLM's own GPU sync check, where this vLLM has one, raises on a sync; each engine started
+    inside warms up unchecked, as vLLM's worker does (its gate opens after warm-up)."""
     import os
     from unittest import mock
 
     module = vllm_sync_check_module()
-    if module is None:
-        return contextlib.nullcontext()
-    if hasattr(module, "_SYNC_CHECK_MODE"):
-        return mock.patch.object(module, "_SYNC_CHECK_MODE", "error")
-    require(module, "enable_gpu_sync_check", what="vLLM's GPU sync check")
-    return mock.patch.dict(os.environ, {"VLLM_GPU_SYNC_CHECK": "error"})
+    with contextlib.ExitStack() as stack:
+        if module is not None:
+            if hasattr(module, "_sync_check_enabled"):
+                # vLLM opens the gate once per worker and never closes it: an earlier engine of this process left
+                # it open, and the next engine's warm-up would be checked as if it were a step
+                stack.enter_context(mock.patch.object(module, "_sync_check_enabled", False))
+            if hasattr(module, "_SYNC_CHECK_MODE"):
+                stack.enter_context(mock.patch.object(module, "_SYNC_CHECK_MODE", "error"))
+            else:
+                require(module, "enable_gpu_sync_check", what="vLLM's GPU sync check")
+                stack.enter_context(mock.patch.dict(os.environ, {"VLLM_GPU_SYNC_CHECK": "error"}))
+        yield
 
 
 # --- MLA builders ---------------------------------------------------------------------------------------------

@@ -172,3 +172,21 @@ def test_padding_rules_missing_for_a_runner_name_the_last_release_that_had_them(
         compat.cudagraph_padding(compat.V1_RUNNER)
     compat.cudagraph_padding.__wrapped__.cache_clear()
     assert info.value.last_found == "0.33.0" and "gpu_model_runner" in str(info.value)
+
+
+def test_each_engine_warms_up_with_vllms_sync_check_gate_shut():
+    """vLLM opens its sync check's gate once per worker after warm-up and never shuts it; inside the harness's
+    context a new engine starts with it shut, as a worker's first engine does (the gate as it was after)."""
+    module = compat.vllm_sync_check_module()
+    if module is None or not hasattr(module, "_sync_check_enabled"):
+        pytest.skip("this vLLM's sync check has no gate opened after warm-up")
+    before = module._sync_check_enabled
+    module._sync_check_enabled = True  # what an earlier engine of the process leaves
+    try:
+        with compat.vllm_sync_check_as_errors():
+            assert module._sync_check_enabled is False
+            if hasattr(module, "_SYNC_CHECK_MODE"):
+                assert module._SYNC_CHECK_MODE == "error"
+        assert module._sync_check_enabled is True
+    finally:
+        module._sync_check_enabled = before
