@@ -85,6 +85,20 @@ def test_readme_claims_the_releases_compat_runs():
     assert f"vLLM {compat.OLDEST}" in text and f"through {compat.NEWEST}" in text
 
 
+def test_the_pinned_release_is_the_newest_claimed_or_after_every_other_difference():
+    """The set-up's vLLM pin (pyproject.toml) is ``compat.NEWEST``, or, where the newest does not resolve from the
+    registry, a release after every difference but the newest's own: NEWEST moved on without the pin fails."""
+    import re
+
+    checkout = find_checkout()
+    if checkout is None:
+        pytest.skip("needs the spec-decode-ci checkout (pyproject.toml is not installed with the suites)")
+    pins = re.findall(r'"vllm==([0-9.]+)"', (checkout / "pyproject.toml").read_text())
+    lane = compat.compat_lane_releases()
+    key = compat._version_key
+    assert len(pins) == 1 and key(lane[-2]) <= key(pins[0]) <= key(compat.NEWEST) == key(lane[-1]), (pins, lane[-3:])
+
+
 def test_mla_priorities_come_from_vllms_platform_rule():
     """The SM100 and SM90 MLA lists are vLLM's (compiled from its CUDA platform's source), not ours: they are
     names of registered backends and differ between the two GPUs."""
