@@ -26,11 +26,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 WITHOUT=(nvidia-cutlass-dsl tilelang tokenspeed-mla humming-kernels PyNvVideoCodec torchcodec numba)
 rm -rf "$out/wheels" "$out/parts"  # tar -r below appends: start from empty parts
 mkdir -p "$out/wheels" "$out/parts"
-platforms=()
-for n in 17 24 27 28 31 34 35; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  "${platforms[@]}" --platform manylinux2014_x86_64 -d "$out/wheels" "vllm==$version"
-python3 "$here/smoke_pieces.py" "$out/wheels" "$have" "${WITHOUT[@]/#/--without=}"
+python3 "$here/smoke_pieces.py" "$out/wheels" "$version" "$have" "${WITHOUT[@]/#/--without=}"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

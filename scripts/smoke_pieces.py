@@ -2,9 +2,9 @@
 """The wheels a vLLM release needs on a machine without a package registry, read from the release's own
 requirements (its wheel's Requires-Dist, then each needed wheel's, transitively), less what the machine has.
 
-    smoke_pieces.py WHEELS_DIR HAVE_FILE [--without NAME ...]
+    smoke_pieces.py WHEELS_DIR RELEASE HAVE_FILE [--without NAME ...]
 
-WHEELS_DIR holds the release's vLLM wheel; the wheels it needs are downloaded beside it. HAVE_FILE is the
+vLLM RELEASE's wheel and the wheels it needs are downloaded into WHEELS_DIR. HAVE_FILE is the
 machine's ``pip list --format=freeze``: a requirement that an installed version satisfies is not carried, one it
 does not satisfy is (a version the release pins differently), and one pinned on a package the machine must keep
 (torch, with the CUDA it was built for) is an error. ``--without NAME`` leaves a package out with everything only
@@ -14,6 +14,7 @@ it needs; the script prints each wheel, its size and which requirement brought i
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from typing import Callable
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 TARGET = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3",
@@ -49,7 +50,7 @@ def requirements(wheel: Path, extras: set[str]) -> list[Requirement]:
 
 
 def wheel_version(wheel: Path) -> Version:
-    return Version(wheel.name.split("-")[1])
+    return parse_wheel_filename(wheel.name)[1]
 
 
 def download(req: Requirement, into: Path) -> Path:
@@ -59,7 +60,7 @@ def download(req: Requirement, into: Path) -> Path:
                     "--python-version", "3.12", "--implementation", "cp", *(f"--platform={p}" for p in PLATFORMS),
                     "-d", str(into), spec], check=True, stderr=subprocess.DEVNULL)
     name = canonicalize_name(req.name)
-    found = [w for w in into.glob("*.whl") if canonicalize_name(w.name.split("-")[0]) == name
+    found = [w for w in into.glob("*.whl") if parse_wheel_filename(w.name)[0] == name
              and req.specifier.contains(wheel_version(w), prereleases=True)]
     if not found:
         raise LookupError(f"no wheel of {spec} for the machine")
@@ -181,6 +182,7 @@ def resolve(root: Path, have: dict[str, Version], without: set[str], fetch: Fetc
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("wheels", type=Path)
+    parser.add_argument("release")
     parser.add_argument("have", type=Path)
     parser.add_argument("--without", action="append", default=[])
     args = parser.parse_args()
@@ -189,18 +191,17 @@ def main() -> int:
         if "==" in line:
             name, version = line.split("==", 1)
             have[canonicalize_name(name)] = Version(version)
-    (vllm,) = args.wheels.glob("vllm-*.whl")
     scratch_dir = Path(tempfile.mkdtemp())
+
+    @functools.cache  # each requirement asked of pip once, whatever the rounds
+    def wheel_for(spec: str, into: Path) -> Path:
+        return download(Requirement(spec), into)
+
     try:
-        fetched: dict[str, Path] = {}  # each requirement asked of pip once, whatever the rounds
-
-        def fetch(req: Requirement) -> Path:
-            if str(req) not in fetched:
-                fetched[str(req)] = download(req, args.wheels)
-            return fetched[str(req)]
-
-        carried = resolve(vllm, have, {canonicalize_name(n) for n in args.without}, fetch,
-                          lambda name, version: download(Requirement(f"{name}=={version}"), scratch_dir))
+        vllm = wheel_for(f"vllm=={args.release}", args.wheels)
+        carried = resolve(vllm, have, {canonicalize_name(n) for n in args.without},
+                          lambda req: wheel_for(str(req), args.wheels),
+                          lambda name, version: wheel_for(f"{name}=={version}", scratch_dir))
     except CannotRun as e:
         print(f"smoke_pieces: {e}: it cannot run there", file=sys.stderr)
         return 1

@@ -30,7 +30,7 @@ class Index:
     """A registry of wheels written on the fly: name -> {version: [Requires-Dist lines]}."""
 
     def __init__(self, root: Path, packages: dict[str, dict[str, list[str]]]):
-        self.root, self.packages, self.fetched = root, packages, []
+        self.root, self.packages = root, packages
 
     def wheel(self, name: str, version: str) -> Path:
         path = self.root / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
@@ -44,9 +44,7 @@ class Index:
         versions = [v for v in self.packages[req.name] if SpecifierSet(str(req.specifier)).contains(v)]
         if not versions:
             raise LookupError(f"no wheel of {req}")  # as pip download fails
-        best = max(versions, key=Version)
-        self.fetched.append(req.name)
-        return self.wheel(req.name, best)
+        return self.wheel(req.name, max(versions, key=Version))
 
     def scratch(self, name: str, version: Version) -> Path:
         return self.wheel(name, str(version))

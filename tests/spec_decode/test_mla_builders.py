@@ -42,7 +42,8 @@ BACKEND_PARAMS = [pytest.param(name, marks=pytest.mark.skip(reason=f"{name}: {wh
 @pytest.fixture(autouse=True)
 def _backend_module_exists(request):
     """A backend vLLM lists whose module or class is gone ends its tests in ``compat.MissingVllmField``."""
-    why = dict(BACKENDS).get(getattr(request.node, "callspec", None) and request.node.callspec.params.get("backend"))
+    callspec = getattr(request.node, "callspec", None)
+    why = dict(BACKENDS).get(callspec.params.get("backend")) if callspec else None
     if isinstance(why, Exception):
         raise why
 
