@@ -69,11 +69,19 @@ def _configured_runner(config: cases.SuiteConfig, case: cases.Case) -> str:
     return compat.model_runner(EngineArgs(**kwargs).create_engine_config())
 
 
+@contextmanager
+def _in_engine_env() -> Iterator[None]:
+    """Inside: the engines' environment, which vLLM reads afresh; its cache, where an engine turned it on, is
+    taken anew in that environment (so later engines of the process still start as ``engine_env`` says)."""
+    with mock.patch.dict(os.environ, engine_env()), compat.vllm_env_read_afresh():
+        yield
+
+
 def engine_runner(config: cases.SuiteConfig, case: cases.Case) -> str:
     """The GPU model runner vLLM runs ``case``'s speculative engine on in this run (the asked one, or vLLM's
     pick), asked of the engine configuration vLLM builds for it (on a CPU, call it under
     ``emulated_platform()``)."""
-    with compat.vllm_env_read_afresh(), mock.patch.dict(os.environ, vllm_runner_env()):
+    with _in_engine_env():
         return _configured_runner(config, case)
 
 
@@ -85,7 +93,7 @@ def picked_by_vllm(config: cases.SuiteConfig, case: cases.Case) -> tuple[str, li
     the choice."""
     key = repr(cases.engine_kwargs(config, case, speculative=True))
     if key not in _PICKED:
-        with mock.patch.dict(os.environ, engine_env()), compat.vllm_env_read_afresh():
+        with _in_engine_env():
             unset = {k: v for k, v in os.environ.items() if k != VLLM_RUNNER_ENV}
             with mock.patch.dict(os.environ, unset, clear=True), runner_log() as logged:
                 _PICKED[key] = (compat.runner_name(_configured_runner(config, case)), logged)
