@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU self-check of the e2e suites: for each deliberate break of vLLM (spec_decode_ci/e2e/gpu_breaks.py), run
-the suite it targets on the GPU smoke's tiny models and require the break's tests to be red; with --control,
-run each suite unbroken too and require it green. A break counts as caught only where its tests failed on the
+the cases its tests name of the suite it targets on the GPU smoke's tiny models and require those tests to be
+red; with --control, run each suite unbroken too and require it green. A break counts as caught only where its tests failed on the
 suite's assertions; a test that crashed instead (an engine that could not start) is INCONCLUSIVE. With --jobs N,
 N runs go at once, each on a GPU of its own. Prints one row per run; exits non-zero unless every break was
 caught and every control was green.
@@ -22,7 +22,7 @@ from spec_decode_ci.e2e import cases
 from spec_decode_ci.patches import PatchDoesNotApply
 from spec_decode_ci.pytest_run import PytestRun, run_pytest
 from spec_decode_ci.e2e.gpu_breaks import (
-    BREAKS, ENV, engine_runner, gpu_slots, not_run_here, run_on_gpus, patched_source, smoke_with_tiny_configs, verdict,
+    BREAKS, ENV, case_selection, engine_runner, gpu_slots, not_run_here, run_on_gpus, patched_source, smoke_with_tiny_configs, verdict,
 )
 
 
@@ -30,7 +30,8 @@ def run_suite(suites: tuple[str, ...], brk: str | None, log_dir: Path | None, gp
     env = {ENV: brk or "", "SPEC_DECODE_E2E_CONFIG": os.environ.get("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")}
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    run = run_pytest(*suites, marker="e2e", plugins=("spec_decode_ci.e2e.gpu_breaks",), env=env)
+    selection = case_selection(BREAKS[brk].must_fail) if brk else ()
+    run = run_pytest(*suites, marker="e2e", plugins=("spec_decode_ci.e2e.gpu_breaks",), env=env, extra=selection)
     if log_dir is not None:
         (log_dir / f"{brk or 'control-' + short(suites)}.log").write_text(run.output)
     return run

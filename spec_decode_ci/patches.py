@@ -64,6 +64,14 @@ class Patch:
     # For vLLM's common MLA module, whose import registers custom ops and so is never executed again: the
     # top-level definition whose source the patch edits and the copy compiles again.
     definition: str = "MLACommonMetadataBuilder"
+    # Where earlier releases kept the edited code: the first of ``module`` and these that this vLLM has is edited.
+    earlier_modules: tuple[str, ...] = ()
+    # Edit every place the pattern matches (at least one): one change made wherever the module repeats the code.
+    everywhere: bool = False
+
+    def installed_module(self) -> str | None:
+        """The module this vLLM keeps the edited code in (None: none of its homes is installed)."""
+        return next((m for m in (self.module, *self.earlier_modules) if compat.module_origin(m) is not None), None)
 
     def runner_missing(self) -> str | None:
         """Why this vLLM cannot run the patched code: its model runner is not installed (None: it is)."""
@@ -77,10 +85,11 @@ class PatchDoesNotApply(compat.MissingVllmField):
 
 
 def apply(patch: Patch, source: str, where: str) -> str:
-    """``source`` with ``patch`` applied at the one place its pattern matches; ``PatchDoesNotApply`` where the
-    code it edits is gone or its pattern matches more than one place (which one it breaks would be chance)."""
+    """``source`` with ``patch`` applied at the one place its pattern matches (every place, for an ``everywhere``
+    patch); ``PatchDoesNotApply`` where the code it edits is gone or its pattern matches more than one place
+    (which one it breaks would be chance)."""
     patched, count = re.subn(patch.pattern, patch.replacement, source)
-    if count != 1:
+    if count == 0 or count > 1 and not patch.everywhere:
         why = "the code it edits is gone" if count == 0 else \
             f"its pattern matches {count} places, so which one it edits is unclear; make the pattern name one"
         raise PatchDoesNotApply(patch.module, f"/{patch.pattern}/", f"patch {patch.name!r}", patch.last_found,
@@ -357,6 +366,11 @@ REGRESSIONS = {
 
 V1, V2 = compat.V1_RUNNER, compat.V2_RUNNER
 V2_SPEC = "vllm.v1.worker.gpu.spec_decode"
+# V2's autoregressive drafting (EAGLE, EAGLE-3, MTP), and where releases before its split kept it (0.26).
+V2_AR = f"{V2_SPEC}.target_dependent_ar.speculator"
+V2_AR_EARLIER = (f"{V2_SPEC}.autoregressive.speculator",)
+PROPOSE_FIRST_LINE_V2 = r"(?s)(def propose\(.*?\n)(?P<indent>[ \t]*)num_reqs = input_batch\.num_reqs\n"
+PROPOSE_SYNC_V2 = "\\1\\g<indent>num_reqs = input_batch.num_reqs\n\\g<indent>_first_token = int(last_sampled[0].item())\n"
 
 GPU_BREAKS = {b.name: b for b in [
     gpu_break("accept_every_draft",
@@ -382,10 +396,16 @@ GPU_BREAKS = {b.name: b for b in [
               "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), last_found="0.33.0", runner=V1),
     gpu_break("eagle_hidden_states_shifted_v2",
               "the drafter reads the target's hidden states one position late",
-              f"{V2_SPEC}.target_dependent_ar.speculator",
-              r"self\.hidden_states\[:num_tokens_padded\]\.copy_\(hidden_states\)",
-              "self.hidden_states[:num_tokens_padded].copy_(torch.roll(hidden_states, 1, 0))",
-              "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), runner=V2),
+              V2_AR, r"self\.hidden_states\[:(?P<n>num_tokens(?:_padded)?)\]\.copy_\(hidden_states\)",
+              "self.hidden_states[:\\g<n>].copy_(torch.roll(hidden_states, 1, 0))",
+              "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), runner=V2, earlier_modules=V2_AR_EARLIER),
+    gpu_break("draft_kv_slot_shifted_v2",
+              "the drafter's later proposals of a step write their KV one slot late (their positions stay right): "
+              "the next proposal reads a slot nothing wrote",
+              V2_AR, r"(self\.block_tables\.compute_slot_mappings\(\s*idx_mapping,\s*query_start_loc,\s*)positions,",
+              "\\g<1>positions + 1,",
+              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2, earlier_modules=V2_AR_EARLIER,
+              everywhere=True),
     gpu_break("host_sync_in_build",
               "FlashInfer's build() reads the longest sequence back to the host (.item()) on every call",
               "vllm.v1.attention.backends.flashinfer",
@@ -411,10 +431,12 @@ GPU_BREAKS = {b.name: b for b in [
               "test_draft_model", ("test_no_host_sync_in_the_speculative_step[tiny-llama-self]",), runner=V1),
     gpu_break("host_sync_in_propose_v2",
               "the drafter's propose() reads a sampled token back to the host (.item()) on every step",
-              f"{V2_SPEC}.standalone_ar.speculator",
-              r"(?s)(def propose\(.*?\n)(?P<indent>[ \t]*)num_reqs = input_batch\.num_reqs\n",
-              "\\1\\g<indent>num_reqs = input_batch.num_reqs\n"
-              "\\g<indent>_first_token = int(last_sampled[0].item())\n",
+              V2_AR, PROPOSE_FIRST_LINE_V2, PROPOSE_SYNC_V2,
+              "test_eagle", ("test_no_host_sync_in_the_speculative_step[tiny-llama-eagle3]",), runner=V2,
+              earlier_modules=V2_AR_EARLIER),
+    gpu_break("host_sync_in_draft_model_propose_v2",
+              "the draft model's propose() reads a sampled token back to the host (.item()) on every step",
+              f"{V2_SPEC}.standalone_ar.speculator", PROPOSE_FIRST_LINE_V2, PROPOSE_SYNC_V2,
               "test_draft_model", ("test_no_host_sync_in_the_speculative_step[tiny-llama-self]",), runner=V2),
     gpu_break("drafter_positions_off_by_one",
               "the drafter runs its later proposals of a step one position late (RoPE positions +1; the KV slots "
@@ -425,11 +447,11 @@ GPU_BREAKS = {b.name: b for b in [
               "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V1),
     gpu_break("drafter_positions_off_by_one_v2",
               "the drafter's positions move one further before each later proposal of a step",
-              f"{V2_SPEC}.target_dependent_ar.speculator",
+              V2_AR,
               r"\n(?P<indent>[ \t]*)last_hidden_states, hidden_states = self\._run_model\(\s*num_tokens_padded,",
               "\n\\g<indent>self.input_buffers.positions[:num_reqs] += 1"
               "\n\\g<indent>last_hidden_states, hidden_states = self._run_model(\n\\g<indent>    num_tokens_padded,",
-              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2),
+              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2, earlier_modules=V2_AR_EARLIER),
     gpu_break("mtp_drops_the_token",
               "the MTP layer drops the embedding of the token it drafts after",
               "vllm.model_executor.models.mimo_mtp",

@@ -47,6 +47,13 @@ def suite_of(brk: Patch) -> str:
     return brk.suites[0].rsplit(".", 1)[1].removeprefix("test_")
 
 
+def case_selection(must_fail: tuple[str, ...]) -> tuple[str, ...]:
+    """pytest arguments that run only the cases ``must_fail`` names (``test[case]``): the other cases' engines
+    cannot turn those tests red, so a break's run skips them (none named: every case)."""
+    named = sorted({test.partition("[")[2].removesuffix("]") for test in must_fail} - {""})
+    return ("-k", " or ".join(named)) if named else ()
+
+
 def not_run_here(brk: Patch, runners: dict[str, str]) -> str | None:
     """Why ``brk`` cannot show in its suite's engines, which run the model runner ``runners[suite]`` (None: it
     can)."""
@@ -104,30 +111,33 @@ def run_on_gpus(jobs: list[T], gpus: list[str | None], run: Callable[[T, str | N
 
 def patched_source(brk: Patch) -> tuple[str, str]:
     """(the installed module's file, its source with the break applied)."""
-    origin = module_origin(brk.module)
-    if origin is None:
+    module = brk.installed_module()
+    if module is None:
         parent, _, child = brk.module.rpartition(".")
+        homes = " or ".join((brk.module, *brk.earlier_modules))
         raise PatchDoesNotApply(parent, child, f"break {brk.name!r}", brk.last_found,
-                                detail=f"break {brk.name!r}: vLLM has no module {brk.module}")
+                                detail=f"break {brk.name!r}: vLLM has no module {homes}")
+    origin = module_origin(module)
     return origin, apply(brk, open(origin).read(), origin)
 
 
 def install(name: str) -> None:
     """Registers the patched copy of the break's module; it must not have been imported yet."""
     brk = BREAKS[name]
-    if brk.module in sys.modules:
-        raise RuntimeError(f"break {name!r}: {brk.module} is already imported; load this plugin first")
+    module_name = brk.installed_module()
+    if module_name in sys.modules:
+        raise RuntimeError(f"break {name!r}: {module_name} is already imported; load this plugin first")
     origin, patched = patched_source(brk)
-    spec = importlib.util.find_spec(brk.module)
+    spec = importlib.util.find_spec(module_name)
     module = importlib.util.module_from_spec(spec)
     setattr(module, MARKER, name)
-    sys.modules[brk.module] = module
+    sys.modules[module_name] = module
     try:
         exec(compile(patched, origin, "exec"), module.__dict__)
     except BaseException:
-        del sys.modules[brk.module]
+        del sys.modules[module_name]
         raise
-    parent, _, child = brk.module.rpartition(".")
+    parent, _, child = module_name.rpartition(".")
     if parent in sys.modules:
         setattr(sys.modules[parent], child, module)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from spec_decode_ci.e2e.gpu_breaks import (
-    BREAKS, ENV, engine_runner, gpu_slots, not_run_here, patched_source, run_on_gpus, smoke_with_tiny_configs,
+    BREAKS, ENV, case_selection, engine_runner, gpu_slots, not_run_here, patched_source, run_on_gpus, smoke_with_tiny_configs,
     verdict,
 )
 from spec_decode_ci.emulation import emulated_platform
@@ -56,6 +56,46 @@ def test_a_break_matching_more_than_one_place_fails_by_name():
     twice = gpu_break("twice", "", "vllm.v1.attention.backends.flashinfer", r"\bdef ", "", "test_x", ())
     with pytest.raises(PatchDoesNotApply, match="matches [0-9]+ places"):
         patched_source(twice)
+
+
+def test_a_break_edits_the_first_home_this_vllm_has():
+    """A module moved by a release: the break edits the earlier home where the newer one is not installed."""
+    moved = gpu_break("moved", "", "vllm.no_such_module", r"\bclass FlashInferMetadataBuilder\b",
+                      "class FlashInferMetadataBuilder", "test_x", (),
+                      earlier_modules=("vllm.v1.attention.backends.flashinfer",))
+    origin, _ = patched_source(moved)
+    assert origin.endswith("vllm/v1/attention/backends/flashinfer.py")
+    gone = gpu_break("gone", "", "vllm.no_such_module", r"x", "", "test_x", (), earlier_modules=("vllm.no_such_either",))
+    with pytest.raises(PatchDoesNotApply, match="no module vllm.no_such_module or vllm.no_such_either"):
+        patched_source(gone)
+
+
+def test_an_everywhere_break_edits_every_place():
+    """``everywhere`` edits each place its pattern matches, and still refuses a pattern that matches none."""
+    each = gpu_break("each", "", "vllm.v1.attention.backends.flashinfer", r"\bdef ", "def  ", "test_x", (),
+                     everywhere=True)
+    origin, patched = patched_source(each)
+    original = open(origin).read()
+    assert patched.count("def  ") == original.count("def ") > 1
+    none = gpu_break("none", "", "vllm.v1.attention.backends.flashinfer", r"no_such_code\(\)", "", "test_x", (),
+                     everywhere=True)
+    with pytest.raises(PatchDoesNotApply, match="the code it edits is gone"):
+        patched_source(none)
+
+
+@pytest.mark.parametrize("must_fail, expected", [
+    (("test_acceptance[tiny-llama-eagle1]",), ("-k", "tiny-llama-eagle1")),
+    (("test_a[tiny-b]", "test_c[tiny-a]", "test_d[tiny-a]"), ("-k", "tiny-a or tiny-b")),
+    (("test_without_a_case",), ()),
+])
+def test_a_break_runs_the_cases_its_tests_name(must_fail, expected):
+    assert case_selection(must_fail) == expected
+
+
+def test_every_break_names_its_cases():
+    """Each break's run selects cases by its test ids: ids without a case would run the whole suite."""
+    assert all(case_selection(b.must_fail) for b in BREAKS.values()), \
+        [n for n, b in BREAKS.items() if not case_selection(b.must_fail)]
 
 
 def test_installed_host_sync_break_is_seen_by_the_sentinel_and_leaves_the_file_alone():
