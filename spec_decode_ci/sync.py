@@ -360,6 +360,25 @@ def _sync_site(frame, packages: tuple[str, ...]) -> SyncSite:
                     inner=tuple(dict.fromkeys(name for _, name in stack[:at])), callers=callers[:12])
 
 
+def refused_sync_site(error: BaseException, packages: tuple[str, ...] = ("vllm", "flashinfer")) -> SyncSite | None:
+    """Where a synchronizing CUDA operation was refused by sync debug mode "error" (torch's error, or vLLM's sync
+    check raising its own from it): the innermost frame in ``packages`` where torch's error was raised. None for
+    any other error."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    refused = next((e for e in chain if CUDA_SYNC_WARNING in str(e)), None)
+    if refused is None:
+        return None
+    tb = refused.__traceback__
+    if tb is None:
+        return SyncSite("<unknown>", 0, "<unknown>", "")
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return _sync_site(tb.tb_frame, packages)
+
+
 @contextmanager
 def cuda_sync_sites(packages: tuple[str, ...] = ("vllm", "flashinfer")) -> Iterator[list[SyncSite]]:
     """On a GPU, every synchronizing CUDA operation torch's sync debug mode ("warn") reports inside the block,

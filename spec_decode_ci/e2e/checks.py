@@ -69,7 +69,11 @@ class CaseRuns:
             if reason:
                 pytest.skip(reason)
             self._runs[key] = run_case(self.config, case, speculative)
-        return self._runs[key]
+        run = self._runs[key]
+        assert run.stopped_at_sync is None, (
+            f"vLLM's own sync check (error mode) stopped the {'speculative' if speculative else 'target-alone'} "
+            f"run at a host sync in the step: {run.stopped_at_sync}")
+        return run
 
 
 def record_wall_time(record_property, run: Run, name: str) -> None:

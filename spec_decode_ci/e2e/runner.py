@@ -21,7 +21,7 @@ from spec_decode_ci import compat
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
 from spec_decode_ci.e2e.runner_choice import engine_env, runner_log
 from spec_decode_ci.e2e.step_syncs import StepLog, observed_steps
-from spec_decode_ci.sync import cuda_sync_warnings
+from spec_decode_ci.sync import SyncSite, cuda_sync_warnings, refused_sync_site
 
 
 @dataclass
@@ -63,6 +63,8 @@ class Run:
     runner: str | None = None  # the GPU model runner the engine ran on, as the worker reports it (compat.runner_name)
     accepted_per_position: list[int] = field(default_factory=list)  # drafts accepted at each draft position
     runner_log: list[str] = field(default_factory=list)  # what vLLM logged of its model runner at the start
+    # Where sync debug mode "error" (vLLM's own sync check) refused a host sync and so stopped generate()
+    stopped_at_sync: SyncSite | None = None
 
     @property
     def acceptance_per_position(self) -> list[float]:
@@ -170,7 +172,18 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
         tokens_only = config.engine.skip_tokenizer_init
         params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, ignore_eos=True,
                                 detokenize=not tokens_only)
-        outputs = llm.generate(prompts(config), params, use_tqdm=False)
+        stopped = None
+        try:
+            outputs = llm.generate(prompts(config), params, use_tqdm=False)
+        except RuntimeError as error:
+            stopped = refused_sync_site(error)
+            if stopped is None:
+                raise
+        if stopped is not None:  # the engine stopped mid-step; the next engine of the module needs its memory
+            del llm
+            _free_gpu_memory()
+            return Run([], log, {}, time.perf_counter() - start, steps=steps, start_s=started,
+                       runner_log=runner_logged, stopped_at_sync=stopped)
         counters, per_position = _counters(llm) if speculative else ({}, [])
         backends = {k: v for worker in llm.collective_rpc(attention_backends_of) for k, v in worker.items()}
         runner = compat.runner_name(llm.collective_rpc(model_runner_of)[0])

@@ -71,6 +71,23 @@ def test_cases_with_one_target_share_its_baseline_run(monkeypatch):
     assert sorted(case_id for case_id, spec in started if spec) == sorted(c.id for c in every_case)
 
 
+def test_a_run_stopped_by_the_sync_check_fails_every_check_that_asks_for_it(monkeypatch):
+    """A run that vLLM's own sync check stopped is a finding, an assertion naming the site, for every test
+    that reads it, not a crash."""
+    from spec_decode_ci.sync import SyncSite
+
+    site = SyncSite("vllm.v1.worker.gpu.spec_decode.eagle", 158, "propose", "int(last_sampled[0].item())")
+    monkeypatch.setattr(checks, "run_case", lambda config, case, spec: Run([], BuildLog(), {}, 1.0,
+                                                                           stopped_at_sync=site))
+    monkeypatch.setattr(checks, "missing_weights", lambda case: None)
+    monkeypatch.setattr(checks, "not_served", lambda config, case: None)
+    monkeypatch.setattr("spec_decode_ci.capabilities.missing", lambda requires: None)
+    runs = checks.CaseRuns(SMOKE)
+    for _ in range(2):  # the cached run too
+        with pytest.raises(AssertionError, match=r"stopped the speculative run .*eagle.py:158 in propose"):
+            checks.check_step_syncs(runs, SMOKE.cases("eagle")[0], ignore)
+
+
 @pytest.fixture(scope="module")
 def hand_built(tmp_path_factory):
     """The smoke's configuration with its tiny targets written, its first draft-model case, and the greedy

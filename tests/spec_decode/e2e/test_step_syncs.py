@@ -13,7 +13,7 @@ import torch
 from spec_decode_ci import compat
 from spec_decode_ci.e2e import step_syncs
 from spec_decode_ci.e2e.step_syncs import ALLOWED_SYNCS, StepLog, observed_steps
-from spec_decode_ci.sync import CUDA_SYNC_WARNING, SyncSite, cuda_sync_sites
+from spec_decode_ci.sync import CUDA_SYNC_WARNING, SyncSite, cuda_sync_sites, refused_sync_site
 
 pytestmark = pytest.mark.e2e_offline
 
@@ -111,3 +111,22 @@ def test_steps_are_recorded_per_worker_step(sync_debug_mode, monkeypatch):
 def test_vllm_worker_has_the_step_methods():
     worker = compat.gpu_worker_class()
     assert all(callable(getattr(worker, m)) for m in compat.GPU_WORKER_STEP_METHODS)
+
+
+def test_a_sync_refused_in_error_mode_is_named_where_torch_raised():
+    """vLLM's sync check re-raises torch's refusal as its own error: the site is where torch raised, in vLLM;
+    any other error is not a refused sync."""
+    def refuse():
+        raise RuntimeError(CUDA_SYNC_WARNING)  # torch's sync debug mode "error", raised where a GPU would
+
+    site = _vllm_module("vllm.fake.speculator", "def propose():\n    x = 1\n    refuse()\n", refuse=refuse)
+    check = _vllm_module("vllm.fake.gpu_sync_debug",
+                         "def checked(fn):\n    try:\n        fn()\n    except RuntimeError as re:\n"
+                         "        raise RuntimeError('GPU<->CPU sync detected') from re\n")
+    with pytest.raises(RuntimeError) as raised:
+        check.checked(site.propose)
+    found = refused_sync_site(raised.value)
+    assert (found.module, found.function, found.line) == ("vllm.fake.speculator", "propose", 3)
+    assert "vllm.fake.gpu_sync_debug.checked" in found.callers
+    assert refused_sync_site(RuntimeError("CUDA out of memory")) is None
+    assert refused_sync_site(ValueError("x")) is None
