@@ -75,20 +75,115 @@ class PytestRun:
         return self.output[-chars:]
 
 
+def pytest_args(targets: tuple[str, ...], marker: str | None, plugins: tuple[str, ...], workers: int = 0,
+                extra: tuple[str, ...] = ()) -> list[str]:
+    """pytest's arguments for a run on ``targets`` (``--pyargs`` module names, or paths), the harness's plugin
+    after ``plugins``."""
+    pyargs = ("--pyargs",) if targets and all("/" not in t and not t.endswith(".py") for t in targets) else ()
+    return ["-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:warnings",
+            *(["-n", str(workers)] if workers else []),
+            *(arg for plugin in (*plugins, "spec_decode_ci.pytest_plugin") for arg in ("-p", plugin)),
+            *(["-m", marker] if marker else []), *extra, *pyargs, *targets]
+
+
+def _failures(log: Path) -> tuple[Failure, ...]:
+    return tuple(Failure(**json.loads(line)) for line in log.read_text().splitlines()) if log.exists() else ()
+
+
 def run_pytest(*targets: str, marker: str | None = None, plugins: tuple[str, ...] = (),
                env: dict[str, str] | None = None, workers: int = 0, extra: tuple[str, ...] = ()) -> PytestRun:
     """``pytest`` on ``targets`` (``--pyargs`` module names, or paths) in a child process with the harness's
     plugin after ``plugins``, ``env`` over this process's environment."""
-    pyargs = ("--pyargs",) if targets and all("/" not in t and not t.endswith(".py") for t in targets) else ()
-    command = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:warnings",
-               *(["-n", str(workers)] if workers else []),
-               *(arg for plugin in (*plugins, "spec_decode_ci.pytest_plugin") for arg in ("-p", plugin)),
-               *(["-m", marker] if marker else []), *extra, *pyargs, *targets]
+    command = [sys.executable, "-m", "pytest", *pytest_args(targets, marker, plugins, workers, extra)]
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "failures.jsonl"
         start = time.perf_counter()
         proc = subprocess.run(command, env={**os.environ, **(env or {}), FAILURE_LOG: str(log)}, capture_output=True,
                               text=True)
         wall = time.perf_counter() - start
-        failures = tuple(Failure(**json.loads(line)) for line in log.read_text().splitlines()) if log.exists() else ()
+        failures = _failures(log)
     return PytestRun(proc.returncode, proc.stdout, wall, failures)
+
+
+class ForkedPytest:
+    """pytest runs, each a fresh session in a child forked from one server process that imported ``preload``
+    once (``import vllm`` alone costs about 20 s on a CPU): the runs share the imports and nothing else; each
+    gets this process's environment with its own ``env`` over it. POSIX only (``os.fork``); the server never
+    starts a thread or CUDA before it forks."""
+
+    def __init__(self, preload: tuple[str, ...] = ("vllm",)):
+        self._server = subprocess.Popen(
+            [sys.executable, "-c", "from spec_decode_ci.pytest_run import _fork_server; _fork_server()", *preload],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, *targets: str, marker: str | None = None, plugins: tuple[str, ...] = (),
+            env: dict[str, str] | None = None, only: tuple[str, ...] = ()) -> PytestRun:
+        """As ``run_pytest``; with ``only``, just the collected tests so named (``function[parameters]``)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            log, output = Path(tmp) / "failures.jsonl", Path(tmp) / "output.txt"
+            request = {"args": pytest_args(targets, marker, plugins), "env": {**(env or {}), FAILURE_LOG: str(log)},
+                       "output": str(output), "only": list(only)}
+            start = time.perf_counter()
+            self._server.stdin.write(json.dumps(request) + "\n")
+            self._server.stdin.flush()
+            reply = self._server.stdout.readline()
+            if not reply:
+                raise RuntimeError(f"the forking pytest server ended (exit {self._server.poll()}); see its stderr")
+            wall = time.perf_counter() - start
+            return PytestRun(json.loads(reply)["returncode"], output.read_text(errors="replace") if output.exists()
+                             else "", wall, _failures(log))
+
+    def close(self) -> None:
+        if self._server.poll() is None:
+            self._server.stdin.close()
+            self._server.wait()
+
+
+class _OnlyNamed:
+    """Keeps the collected tests named ``function[parameters]`` in ``names``; deselects the rest."""
+
+    def __init__(self, names: list[str]):
+        self.names = set(names)
+
+    def pytest_collection_modifyitems(self, config, items) -> None:
+        deselected = [item for item in items if item.name not in self.names]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if item.name in self.names]
+
+
+def _fork_server() -> None:
+    """The server of ``ForkedPytest``: imports its arguments, then forks one pytest run per request line."""
+    import importlib
+
+    for name in sys.argv[1:]:
+        importlib.import_module(name)
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _forked_run(request)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+def _forked_run(request: dict) -> None:
+    """In the forked child: one pytest session, its output to the request's file; never returns."""
+    code = 3  # pytest's "internal error", where the run itself raised
+    try:
+        os.environ.update(request["env"])
+        out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the server's requests are not the run's to read
+        import pytest
+
+        code = int(pytest.main(request["args"], plugins=[_OnlyNamed(request["only"])] if request["only"] else []))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

@@ -11,12 +11,26 @@ import re
 import pytest
 
 from spec_decode_ci.buildpath.regressions import ENV, patched_backend
-from spec_decode_ci.patches import REGRESSIONS
-from spec_decode_ci.pytest_run import run_pytest
+from spec_decode_ci.patches import FLASHINFER, MLA_COMMON, REGRESSIONS
+from spec_decode_ci.pytest_run import ForkedPytest
 
 pytestmark = pytest.mark.selfcheck
-def run_tier(regression: str) -> tuple[int, set[str], str]:
-    run = run_pytest(*REGRESSIONS[regression].suites, marker="build_path", env={ENV: regression})
+
+
+@pytest.fixture(scope="module")
+def tier_runs():
+    """The tier's runs against the regressed copies, each a fresh pytest session forked from one process that
+    imported vLLM once."""
+    runs = ForkedPytest(preload=(FLASHINFER, MLA_COMMON, "spec_decode_ci.pytest_plugin"))
+    yield runs
+    runs.close()
+
+
+def run_tier(tier_runs: ForkedPytest, regression: str) -> tuple[int, set[str], str]:
+    """The build-path tier against regression ``regression``'s copy: only the tests it must turn red (they
+    decide its verdict; the others' outcome says nothing about it), the whole tier for the control."""
+    run = tier_runs.run(*REGRESSIONS[regression].suites, marker="build_path", env={ENV: regression},
+                        only=REGRESSIONS[regression].must_fail)
     return run.returncode, run.red, run.tail()
 
 
@@ -25,10 +39,10 @@ class SelfCheckRefused(RuntimeError):
 
 
 @pytest.fixture(scope="module")
-def control():
+def control(tier_runs):
     """The tier on the unchanged copy (regression ``none``), run once: (exit code, red tests, output tail)."""
     patched_backend("none")
-    return run_tier("none")
+    return run_tier(tier_runs, "none")
 
 
 @pytest.fixture
@@ -65,13 +79,13 @@ def test_regression_applies_once_to_the_installed_vllm(regression):
 
 
 @pytest.mark.parametrize("regression", sorted(set(REGRESSIONS) - {"none"}))
-def test_tier_verdict_under_regression(regression, green_control, build_harness):
+def test_tier_verdict_under_regression(regression, green_control, build_harness, tier_runs):
     module_with_the_code(regression)
     unobservable = REGRESSIONS[regression].unobservable(build_harness().cudagraph_padding.runner)
     if unobservable:
         pytest.skip(f"{regression!r} cannot show on this vLLM: {unobservable}")
     patched_backend(regression)  # fails here, clearly, if vLLM's code no longer has what the regression edits
-    code, failed, tail = run_tier(regression)
+    code, failed, tail = run_tier(tier_runs, regression)
     assert code == 1, tail
     missing = [t for t in REGRESSIONS[regression].must_fail if t not in failed]
     assert not missing, f"{regression}: expected red {missing}; red were {sorted(failed)}\n{tail}"

@@ -1,0 +1,53 @@
+"""spec_decode_ci.pytest_run.ForkedPytest: runs forked from one server are as independent as child processes
+(each its own environment and module state) and give the verdicts run_pytest gives."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from spec_decode_ci.pytest_run import ForkedPytest, run_pytest
+
+TESTS = textwrap.dedent("""
+    import os
+    import json  # preloaded by the server: its state is what the server imported, never an earlier run's
+
+    def test_sees_its_own_environment():
+        assert os.environ["FORKED_VALUE"] == "1", os.environ["FORKED_VALUE"]
+
+    def test_no_state_from_an_earlier_run():
+        assert not hasattr(json, "left_by_a_run")
+        json.left_by_a_run = True
+
+    def test_fails():
+        assert False, "red on purpose"
+""")
+
+
+@pytest.fixture(scope="module")
+def forked():
+    runs = ForkedPytest(preload=("json",))
+    yield runs
+    runs.close()
+
+
+def test_forked_runs_are_independent_and_agree_with_a_child_process(forked, tmp_path):
+    path = tmp_path / "test_forked.py"
+    path.write_text(TESTS)
+    child = run_pytest(str(path), env={"FORKED_VALUE": "2"})
+    first = forked.run(str(path), env={"FORKED_VALUE": "2"})
+    second = forked.run(str(path), env={"FORKED_VALUE": "1"})
+    assert child.red == first.red == {"test_sees_its_own_environment", "test_fails"}, first.tail()
+    assert second.red == {"test_fails"}, second.tail()  # no json.left_by_a_run from the first run
+    assert first.returncode == second.returncode == child.returncode == 1
+    assert {f.test for f in second.failures if f.by_a_check} == {"test_fails"}
+
+
+def test_only_runs_the_tests_named(forked, tmp_path):
+    path = tmp_path / "test_forked.py"
+    path.write_text(TESTS)
+    run = forked.run(str(path), env={"FORKED_VALUE": "1"}, only=("test_sees_its_own_environment",))
+    assert run.returncode == 0 and "1 passed, 2 deselected" in run.output, run.tail()
+    none = forked.run(str(path), env={"FORKED_VALUE": "1"}, only=("test_renamed_since",))
+    assert none.returncode == 5, none.tail()  # pytest's "no tests ran": a must_fail name that matches nothing
