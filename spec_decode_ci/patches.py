@@ -364,6 +364,15 @@ REGRESSIONS = {
 }
 
 
+# The regressions of PR #39546's own two bugs; the tests they must turn red run first (pytest_plugin).
+PR_39546 = ("old_guard", "stale_indptr")
+
+
+def closest_to_pr_39546() -> frozenset[str]:
+    """The tests (``function[parameters]``) that PR #39546's regressions must turn red."""
+    return frozenset(test for name in PR_39546 for test in REGRESSIONS[name].must_fail)
+
+
 V1, V2 = compat.V1_RUNNER, compat.V2_RUNNER
 V2_SPEC = "vllm.v1.worker.gpu.spec_decode"
 # V2's autoregressive drafting (EAGLE, EAGLE-3, MTP), and where releases before its split kept it (0.26).

@@ -1,5 +1,5 @@
-"""spec_decode_ci.pytest_run.ForkedPytest: runs forked from one server are as independent as child processes
-(each its own environment and module state) and give the verdicts run_pytest gives."""
+"""How the harness runs pytest: ForkedPytest's runs forked from one server are as independent as child processes
+(each its own environment and module state) and give run_pytest's verdicts; the plugin's fail-fast order."""
 
 from __future__ import annotations
 
@@ -51,3 +51,18 @@ def test_only_runs_the_tests_named(forked, tmp_path):
     assert run.returncode == 0 and "1 passed, 2 deselected" in run.output, run.tail()
     none = forked.run(str(path), env={"FORKED_VALUE": "1"}, only=("test_renamed_since",))
     assert none.returncode == 5, none.tail()  # pytest's "no tests ran": a must_fail name that matches nothing
+
+
+def test_the_tests_closest_to_pr_39546_run_first():
+    """The tests PR #39546's regressions must turn red move to the front, the others keep their order."""
+    from types import SimpleNamespace
+
+    from spec_decode_ci.patches import REGRESSIONS, closest_to_pr_39546
+    from spec_decode_ci.pytest_plugin import fail_fast_order
+
+    first = closest_to_pr_39546()
+    assert set(REGRESSIONS["old_guard"].must_fail) | set(REGRESSIONS["stale_indptr"].must_fail) == first
+    names = ["test_a", *sorted(first)[:1], "test_b", *sorted(first)[1:], "test_c"]
+    items = [SimpleNamespace(name=n) for n in names]
+    fail_fast_order(items)
+    assert [i.name for i in items] == [*sorted(first)[:1], *sorted(first)[1:], "test_a", "test_b", "test_c"]
