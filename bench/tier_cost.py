@@ -6,6 +6,8 @@ decides whether ``-n`` runs fit the machine) and the run's outcome, once per pyt
     python bench/tier_cost.py                                   # the per-change step's tier, serial and -n auto
     python bench/tier_cost.py --workers 0 2 4 --markers selfcheck
     python bench/tier_cost.py --workers 0 2 --whole-suite       # README's test command (from the checkout)
+    python bench/tier_cost.py --per-regression                  # what each self-check regression costs
+    python bench/tier_cost.py --first-red old_guard --workers 4  # a bad commit: seconds until the step is red
 
 Run it from outside the checkout for ``--pyargs`` to use the installed suites, as the CI step does.
 """
@@ -13,6 +15,7 @@ Run it from outside the checkout for ``--pyargs`` to use the installed suites, a
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import shutil
 import subprocess
@@ -71,7 +74,14 @@ def main() -> int:
     parser.add_argument("--markers", default=STEP_MARKERS)
     parser.add_argument("--whole-suite", action="store_true", help="README's test command instead of the step's")
     parser.add_argument("--log-dir", type=Path, help="keep each run's output there (n<workers>.log)")
+    parser.add_argument("--per-regression", action="store_true",
+                        help="the self-check's cost per regression: its forked tier run's seconds and peak memory")
+    parser.add_argument("--first-red", metavar="REGRESSION",
+                        help="the step's tests with REGRESSION's copy standing in for a bad commit, stopping at the "
+                             "first red test (-x): the seconds until the step is red")
     args = parser.parse_args()
+    if args.per_regression:
+        return per_regression()
     print(f"{'-n':>6}  {'wall s':>8}  {'GPU MiB peak':>12}  {'host MiB, largest process':>25}  exit  outcome",
           flush=True)
     for workers in args.workers:
@@ -80,9 +90,44 @@ def main() -> int:
             command += ["-p", "spec_decode_ci.pytest_plugin", "-m", args.markers, "--pyargs", "spec_decode_ci.suites"]
         if workers != "0":
             command += ["-n", workers]
+        if args.first_red:
+            command = ["env", f"SPEC_DECODE_CI_REGRESSION={args.first_red}", *command, "-x"]
         wall, peak, host, code, outcome = measure(command, args.log_dir / f"n{workers}.log" if args.log_dir else None)
         print(f"{workers:>6}  {wall:8.1f}  {peak if peak is not None else 'n/a':>12}  "
               f"{host if host is not None else 'n/a':>25}  {code:>4}  {outcome}", flush=True)
+    return 0
+
+
+def per_regression() -> int:
+    """One forked tier run per regression of the self-check (as tests/spec_decode/test_selfcheck.py runs them):
+    seconds, the run's peak host memory and its verdict; the server's import once, and the control."""
+    from spec_decode_ci.buildpath.regressions import ENV
+    from spec_decode_ci.patches import FLASHINFER, MLA_COMMON, REGRESSIONS
+    from spec_decode_ci.pytest_run import ForkedPytest
+
+    start = time.perf_counter()
+    runs = ForkedPytest(preload=(FLASHINFER, MLA_COMMON, "spec_decode_ci.pytest_plugin"))
+    runs.run("spec_decode_ci.suites", marker="no_such_marker")  # returns once the server has imported vLLM
+    print(f"server import (once per process): {time.perf_counter() - start:.1f} s", flush=True)
+    print(f"{'regression':44s} {'wall s':>7s} {'peak MiB':>9s}  red / must turn red", flush=True)
+    total = 0.0
+    from spec_decode_ci.flashinfer.harness import BuildHarness
+
+    runner = BuildHarness().cudagraph_padding.runner
+    for name, regression in sorted(REGRESSIONS.items(), key=lambda r: r[0] != "none"):
+        why_not = (None if regression.present(importlib.import_module(regression.module))
+                   else "this vLLM lacks the code it undoes") or regression.unobservable(runner)
+        if why_not:  # the self-check skips it too
+            print(f"{name:44s} {'-':>7s} {'-':>9s}  skipped: {why_not[:90]}", flush=True)
+            continue
+        run = runs.run(*regression.suites, marker="build_path", env={ENV: name}, only=regression.must_fail)
+        total += run.wall_s
+        caught = len(set(regression.must_fail) & run.red)
+        print(f"{name:44s} {run.wall_s:7.1f} {run.max_rss_mib:9d}  "
+              f"{caught} / {len(regression.must_fail)}{'  (control, whole tier: exit ' + str(run.returncode) + ')' if name == 'none' else ''}",
+              flush=True)
+    runs.close()
+    print(f"all {len(REGRESSIONS)} runs: {total:.1f} s, one process at a time", flush=True)
     return 0
 
 

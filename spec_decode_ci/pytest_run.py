@@ -60,6 +60,7 @@ class PytestRun:
     output: str
     wall_s: float
     failures: tuple[Failure, ...] = ()
+    max_rss_mib: int | None = None  # the run's process's peak resident memory, where it was measured
 
     @property
     def red(self) -> set[str]:
@@ -130,8 +131,9 @@ class ForkedPytest:
             if not reply:
                 raise RuntimeError(f"the forking pytest server ended (exit {self._server.poll()}); see its stderr")
             wall = time.perf_counter() - start
-            return PytestRun(json.loads(reply)["returncode"], output.read_text(errors="replace") if output.exists()
-                             else "", wall, _failures(log))
+            answer = json.loads(reply)
+            return PytestRun(answer["returncode"], output.read_text(errors="replace") if output.exists() else "",
+                             wall, _failures(log), answer["max_rss_mib"])
 
     def close(self) -> None:
         if self._server.poll() is None:
@@ -163,8 +165,9 @@ def _fork_server() -> None:
         pid = os.fork()
         if pid == 0:
             _forked_run(request)
-        _, status = os.waitpid(pid, 0)
-        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+        _, status, usage = os.wait4(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "max_rss_mib": usage.ru_maxrss // 1024}),
+              flush=True)
 
 
 def _forked_run(request: dict) -> None:

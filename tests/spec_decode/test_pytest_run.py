@@ -42,6 +42,7 @@ def test_forked_runs_are_independent_and_agree_with_a_child_process(forked, tmp_
     assert second.red == {"test_fails"}, second.tail()  # no json.left_by_a_run from the first run
     assert first.returncode == second.returncode == child.returncode == 1
     assert {f.test for f in second.failures if f.by_a_check} == {"test_fails"}
+    assert first.max_rss_mib > 0 and child.max_rss_mib is None  # a forked run's peak memory is measured
 
 
 def test_only_runs_the_tests_named(forked, tmp_path):
