@@ -269,6 +269,11 @@ def model_runner(vllm_config) -> str:
 RUNNER_NAMES = {V1_RUNNER: "V1", V2_RUNNER: "V2"}
 
 
+def shipped_runners() -> tuple[str, ...]:
+    """The GPU model runners this vLLM ships (``V1_RUNNER``, ``V2_RUNNER``), found by their modules."""
+    return tuple(runner for runner in (V1_RUNNER, V2_RUNNER) if module_origin(runner) is not None)
+
+
 def runner_name(module: str) -> str:
     """"V1" or "V2" for a GPU model runner's module (``model_runner``), the module itself for any other."""
     return RUNNER_NAMES.get(module, module)

@@ -32,8 +32,8 @@ def _needs_v1_padding(runner: str) -> str | None:
     """Only model runner V1 replays a capped uniform decode graph with more tokens than requests x (1 + k)."""
     if runner == compat.V1_RUNNER:
         return None
-    return (f"this vLLM runs the harness's config on {runner}, which pads a uniform decode batch to requests x "
-            f"(1 + k) tokens: the tokens / requests this regression trusts is then always right")
+    return (f"{runner} pads a uniform decode batch to requests x (1 + k) tokens: the tokens / requests this "
+            f"regression trusts is then always right")
 
 
 # The build-path tier the CPU self-check runs against each regressed copy: every suite module whose tests are
@@ -54,8 +54,7 @@ class Patch:
     # Whether this vLLM has the code the patch undoes (a structural probe of the module, never a version): a
     # release without it has the bug natively, and the tier's verdict on that release says so.
     present: Callable[[types.ModuleType], bool] = lambda module: True
-    # Why the batches this vLLM's model runner (the argument) hands build() never meet the edited code (None:
-    # they do).
+    # Why the batches a model runner (the argument) hands build() never meet the edited code (None: they do).
     unobservable: Callable[[str], str | None] = lambda runner: None
     last_found: str = compat.NEWEST  # the newest release whose code the patch was seen to edit
     # The GPU model runner (compat.V1_RUNNER / V2_RUNNER) whose code the patch edits: it applies where that
@@ -72,6 +71,13 @@ class Patch:
     def installed_module(self) -> str | None:
         """The module this vLLM keeps the edited code in (None: none of its homes is installed)."""
         return next((m for m in (self.module, *self.earlier_modules) if compat.module_origin(m) is not None), None)
+
+    def unobservable_here(self) -> str | None:
+        """Why no model runner this vLLM ships hands build() batches that meet the edited code (None: one does;
+        the tier shapes batches as each shipped runner does)."""
+        reasons = [self.unobservable(runner) for runner in compat.shipped_runners()]
+        return f"this vLLM ships {', '.join(compat.shipped_runners())}: {reasons[0]}" if reasons and all(reasons) \
+            else None
 
     def runner_missing(self) -> str | None:
         """Why this vLLM cannot run the patched code: its model runner is not installed (None: it is)."""
@@ -156,7 +162,8 @@ REGRESSIONS = {
             "return q_len_per_req, None, None",
             present=lambda module: hasattr(module.FlashInferMetadataBuilder, "_compute_decode_query_lens"),
             unobservable=_needs_v1_padding,
-            must_fail=('test_padded_batches_describe_exactly_the_real_requests[16]', 'test_padded_batches_describe_exactly_the_real_requests[64]'),
+            must_fail=('test_padded_batches_describe_exactly_the_real_requests[V1-16-sm100]',
+                       'test_padded_batches_describe_exactly_the_real_requests[V1-64-sm100]'),
         ),
         regression(
             "inputs_mutated",

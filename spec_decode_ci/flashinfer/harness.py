@@ -121,10 +121,12 @@ class BuildHarness(BuildHarnessBase):
         with builder_context(self.vllm_config, self.gpu, self.module):
             return type(self.builder).get_cudagraph_support(self.vllm_config, self.builder.kv_cache_spec).name
 
-    def padded(self, batch: Batch, num_tokens_padded: int) -> Batch:
-        """``batch`` replayed on a CUDA graph of ``num_tokens_padded`` tokens, padded as the runner pads it."""
+    def padded(self, batch: Batch, num_tokens_padded: int, runner: str | None = None) -> Batch:
+        """``batch`` replayed on a CUDA graph of ``num_tokens_padded`` tokens, padded as ``runner`` pads it (None:
+        the runner this vLLM runs the harness's config with)."""
+        padding = self.cudagraph_padding if runner is None else compat.cudagraph_padding(runner)
         return padded_to_cuda_graph(batch, num_tokens_padded, self.decode_threshold, self.options.max_num_seqs,
-                                    self.cudagraph_padding)
+                                    padding)
 
     @property
     def require_uniform_decodes(self) -> bool:
