@@ -114,6 +114,9 @@ def fail_fast_order(items: list) -> None:
 
 
 def pytest_collection_modifyitems(config, items):
+    from spec_decode_ci.pytest_run import keep_only_named
+
+    keep_only_named(config, items)  # a harness's child run asked for some tests alone
     fail_fast_order(items)
     has_vllm = importlib.util.find_spec("vllm") is not None
     for item in items:

@@ -17,6 +17,7 @@ RED_LINE = re.compile(r"^(?:FAILED|ERROR) \S*?::(?:\w+::)?(\S+)", re.M)  # -rfE 
 
 
 FAILURE_LOG = "SPEC_DECODE_CI_FAILURE_LOG"  # the file the child's plugin appends each failure's raising site to
+ONLY_TESTS = "SPEC_DECODE_CI_ONLY_TESTS"  # a JSON list of test names (function[parameters]) the child runs alone
 
 
 @dataclass(frozen=True)
@@ -92,25 +93,44 @@ def _failures(log: Path) -> tuple[Failure, ...]:
 
 
 def run_pytest(*targets: str, marker: str | None = None, plugins: tuple[str, ...] = (),
-               env: dict[str, str] | None = None, workers: int = 0, extra: tuple[str, ...] = ()) -> PytestRun:
+               env: dict[str, str] | None = None, workers: int = 0, extra: tuple[str, ...] = (),
+               only: tuple[str, ...] = ()) -> PytestRun:
     """``pytest`` on ``targets`` (``--pyargs`` module names, or paths) in a child process with the harness's
-    plugin after ``plugins``, ``env`` over this process's environment."""
+    plugin after ``plugins``, ``env`` over this process's environment; with ``only``, just the collected tests
+    so named (``function[parameters]``)."""
     command = [sys.executable, "-m", "pytest", *pytest_args(targets, marker, plugins, workers, extra)]
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "failures.jsonl"
         start = time.perf_counter()
-        proc = subprocess.run(command, env={**os.environ, **(env or {}), FAILURE_LOG: str(log)}, capture_output=True,
+        proc = subprocess.run(command, env={**os.environ, **(env or {}), **_run_env(log, only)}, capture_output=True,
                               text=True)
         wall = time.perf_counter() - start
         failures = _failures(log)
     return PytestRun(proc.returncode, proc.stdout, wall, failures)
 
 
+def _run_env(log: Path, only: tuple[str, ...]) -> dict[str, str]:
+    return {FAILURE_LOG: str(log), **({ONLY_TESTS: json.dumps(list(only))} if only else {})}
+
+
+def keep_only_named(config, items) -> None:
+    """In the child (the harness's plugin): the collected tests $SPEC_DECODE_CI_ONLY_TESTS names, the rest
+    deselected."""
+    names = os.environ.pop(ONLY_TESTS, None)  # not passed on to runs the tests themselves start
+    if not names:
+        return
+    wanted = set(json.loads(names))
+    deselected = [item for item in items if item.name not in wanted]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.name in wanted]
+
+
 class ForkedPytest:
     """pytest runs, each a fresh session in a child forked from one server process that imported ``preload``
     once (``import vllm`` alone costs about 20 s on a CPU): the runs share the imports and nothing else; each
-    gets this process's environment with its own ``env`` over it. POSIX only (``os.fork``); the server never
-    starts a thread or CUDA before it forks."""
+    gets this process's environment with its own ``env`` over it. POSIX only (``os.fork``); where the imports
+    initialised CUDA (a GPU machine), every run is a child process of its own instead."""
 
     def __init__(self, preload: tuple[str, ...] = ("vllm",)):
         self._server = subprocess.Popen(
@@ -119,11 +139,12 @@ class ForkedPytest:
 
     def run(self, *targets: str, marker: str | None = None, plugins: tuple[str, ...] = (),
             env: dict[str, str] | None = None, only: tuple[str, ...] = ()) -> PytestRun:
-        """As ``run_pytest``; with ``only``, just the collected tests so named (``function[parameters]``)."""
+        """As ``run_pytest``, which it falls back to where the server cannot fork (CUDA initialised there: a
+        forked child could not use the GPU)."""
         with tempfile.TemporaryDirectory() as tmp:
             log, output = Path(tmp) / "failures.jsonl", Path(tmp) / "output.txt"
-            request = {"args": pytest_args(targets, marker, plugins), "env": {**(env or {}), FAILURE_LOG: str(log)},
-                       "output": str(output), "only": list(only)}
+            request = {"args": pytest_args(targets, marker, plugins), "env": {**(env or {}), **_run_env(log, only)},
+                       "output": str(output)}
             start = time.perf_counter()
             self._server.stdin.write(json.dumps(request) + "\n")
             self._server.stdin.flush()
@@ -132,6 +153,8 @@ class ForkedPytest:
                 raise RuntimeError(f"the forking pytest server ended (exit {self._server.poll()}); see its stderr")
             wall = time.perf_counter() - start
             answer = json.loads(reply)
+            if answer.get("cannot_fork"):
+                return run_pytest(*targets, marker=marker, plugins=plugins, env=env, only=only)
             return PytestRun(answer["returncode"], output.read_text(errors="replace") if output.exists() else "",
                              wall, _failures(log), answer["max_rss_mib"])
 
@@ -139,19 +162,6 @@ class ForkedPytest:
         if self._server.poll() is None:
             self._server.stdin.close()
             self._server.wait()
-
-
-class _OnlyNamed:
-    """Keeps the collected tests named ``function[parameters]`` in ``names``; deselects the rest."""
-
-    def __init__(self, names: list[str]):
-        self.names = set(names)
-
-    def pytest_collection_modifyitems(self, config, items) -> None:
-        deselected = [item for item in items if item.name not in self.names]
-        if deselected:
-            config.hook.pytest_deselected(items=deselected)
-            items[:] = [item for item in items if item.name in self.names]
 
 
 def _fork_server() -> None:
@@ -162,6 +172,10 @@ def _fork_server() -> None:
         importlib.import_module(name)
     for line in sys.stdin:
         request = json.loads(line)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            print(json.dumps({"cannot_fork": "CUDA is initialised in the server"}), flush=True)
+            continue
         pid = os.fork()
         if pid == 0:
             _forked_run(request)
@@ -181,7 +195,7 @@ def _forked_run(request: dict) -> None:
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the server's requests are not the run's to read
         import pytest
 
-        code = int(pytest.main(request["args"], plugins=[_OnlyNamed(request["only"])] if request["only"] else []))
+        code = int(pytest.main(request["args"]))
     except BaseException:
         import traceback
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -52,6 +53,22 @@ def test_only_runs_the_tests_named(forked, tmp_path):
     assert run.returncode == 0 and "1 passed, 2 deselected" in run.output, run.tail()
     none = forked.run(str(path), env={"FORKED_VALUE": "1"}, only=("test_renamed_since",))
     assert none.returncode == 5, none.tail()  # pytest's "no tests ran": a must_fail name that matches nothing
+
+
+def test_a_server_with_cuda_initialised_runs_each_in_a_child_process(tmp_path, monkeypatch):
+    """A forked child cannot use a GPU its parent initialised: such a server answers every run with a child
+    process of its own, with the same verdicts and selection."""
+    (tmp_path / "cuda_initialised.py").write_text("import torch\ntorch.cuda.is_initialized = lambda: True\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
+    path = tmp_path / "test_forked.py"
+    path.write_text(TESTS)
+    runs = ForkedPytest(preload=("cuda_initialised",))
+    try:
+        run = runs.run(str(path), env={"FORKED_VALUE": "1"}, only=("test_sees_its_own_environment", "test_fails"))
+    finally:
+        runs.close()
+    assert run.red == {"test_fails"} and "1 failed, 1 passed, 1 deselected" in run.output, run.tail()
+    assert run.max_rss_mib is None  # a child process's run, not a forked one
 
 
 def test_the_tests_closest_to_pr_39546_run_first():
