@@ -356,6 +356,11 @@ _PADDING_RULES = {
 _RUNNER_LAST_FOUND = {V1_RUNNER: "0.33.0"}  # model runner V1 left vLLM in 0.34.0
 
 
+def last_release_with(runner: str | None) -> str:
+    """The newest release that ships GPU model runner ``runner`` (None: code both runners call)."""
+    return _RUNNER_LAST_FOUND.get(runner, NEWEST)
+
+
 @probe
 @lru_cache(maxsize=None)
 def cudagraph_padding(runner: str) -> CudaGraphPadding:
@@ -369,7 +374,7 @@ def cudagraph_padding(runner: str) -> CudaGraphPadding:
         origin = module_origin(module)
         if origin is None:
             raise MissingVllmField(module.rpartition(".")[0], module.rpartition(".")[2],
-                                   "the GPU model runner's padding rules", _RUNNER_LAST_FOUND.get(runner, NEWEST),
+                                   "the GPU model runner's padding rules", last_release_with(runner),
                                    detail=f"module {module} is not found")
         source = Path(origin).read_text()
         missing += [f"{module}: {rule}" for rule, pattern in rules.items() if not re.search(pattern, source)]

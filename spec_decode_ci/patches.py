@@ -117,7 +117,9 @@ def regression(name: str, description: str, pattern: str, replacement: str, *, t
 
 def gpu_break(name: str, description: str, module: str, pattern: str, replacement: str, suite_module: str,
               must_fail: tuple[str, ...], **fields) -> Patch:
-    """A patch for the GPU self-check: the e2e suite ``suite_module`` must turn red on the GPU smoke."""
+    """A patch for the GPU self-check: the e2e suite ``suite_module`` must turn red on the GPU smoke; a patch of
+    one runner's code was last found in the last release that ships that runner."""
+    fields.setdefault("last_found", compat.last_release_with(fields.get("runner")))
     return Patch(name, description, "gpu", module, pattern, replacement, (f"{E2E_SUITES}.{suite_module}",),
                  must_fail, **fields)
 
@@ -394,8 +396,7 @@ GPU_BREAKS = {b.name: b for b in [
               "vllm.v1.sample.rejection_sampler",
               r"target_argmax = target_logits\.argmax\(dim=-1\)",
               "target_argmax = draft_token_ids.to(target_logits.device)",
-              "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",), last_found="0.33.0",
-              runner=V1),
+              "test_eagle", ("test_greedy_output_matches_target[tiny-llama-eagle3]",), runner=V1),
     gpu_break("accept_every_draft_v2",
               "the rejection sampler verifies each draft against logits that favour the draft token itself: every "
               "draft is accepted",
@@ -409,7 +410,7 @@ GPU_BREAKS = {b.name: b for b in [
               "vllm.v1.spec_decode.llm_base_proposer",
               r"self\.hidden_states\[:num_tokens\] = target_hidden_states",
               "self.hidden_states[:num_tokens] = torch.roll(target_hidden_states, 1, 0)",
-              "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), last_found="0.33.0", runner=V1),
+              "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), runner=V1),
     gpu_break("eagle_hidden_states_shifted_v2",
               "the drafter reads the target's hidden states one position late",
               V2_AR, r"self\.hidden_states\[:(?P<n>num_tokens(?:_padded)?)\]\.copy_\(hidden_states\)",
