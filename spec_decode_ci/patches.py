@@ -63,14 +63,15 @@ class Patch:
     # For vLLM's common MLA module, whose import registers custom ops and so is never executed again: the
     # top-level definition whose source the patch edits and the copy compiles again.
     definition: str = "MLACommonMetadataBuilder"
-    # Where earlier releases kept the edited code: the first of ``module`` and these that this vLLM has is edited.
-    earlier_modules: tuple[str, ...] = ()
+    # Other modules that hold the edited code in some release (code moved between modules): the first of
+    # ``module`` and these whose installed source has the code is edited.
+    other_homes: tuple[str, ...] = ()
     # Edit every place the pattern matches (at least one): one change made wherever the module repeats the code.
     everywhere: bool = False
 
-    def installed_module(self) -> str | None:
-        """The module this vLLM keeps the edited code in (None: none of its homes is installed)."""
-        return next((m for m in (self.module, *self.earlier_modules) if compat.module_origin(m) is not None), None)
+    @property
+    def homes(self) -> tuple[str, ...]:
+        return (self.module, *self.other_homes)
 
     def unobservable_here(self) -> str | None:
         """Why no model runner this vLLM ships hands build() batches that meet the edited code (None: one does;
@@ -384,9 +385,10 @@ def closest_to_pr_39546() -> frozenset[str]:
 
 V1, V2 = compat.V1_RUNNER, compat.V2_RUNNER
 V2_SPEC = "vllm.v1.worker.gpu.spec_decode"
-# V2's autoregressive drafting (EAGLE, EAGLE-3, MTP), and where releases before its split kept it (0.26).
+# V2's autoregressive drafting (EAGLE, EAGLE-3, MTP) since 0.33; 0.26 kept all of it, and 0.34 keeps its
+# multi-step decode, in the autoregressive speculator (in 0.34 the base class of both drafters).
 V2_AR = f"{V2_SPEC}.target_dependent_ar.speculator"
-V2_AR_EARLIER = (f"{V2_SPEC}.autoregressive.speculator",)
+V2_AR_OTHER_HOMES = (f"{V2_SPEC}.autoregressive.speculator",)
 PROPOSE_FIRST_LINE_V2 = r"(?s)(def propose\(.*?\n)(?P<indent>[ \t]*)num_reqs = input_batch\.num_reqs\n"
 PROPOSE_SYNC_V2 = "\\1\\g<indent>num_reqs = input_batch.num_reqs\n\\g<indent>_first_token = int(last_sampled[0].item())\n"
 
@@ -415,14 +417,16 @@ GPU_BREAKS = {b.name: b for b in [
               "the drafter reads the target's hidden states one position late",
               V2_AR, r"self\.hidden_states\[:(?P<n>num_tokens(?:_padded)?)\]\.copy_\(hidden_states\)",
               "self.hidden_states[:\\g<n>].copy_(torch.roll(hidden_states, 1, 0))",
-              "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), runner=V2, earlier_modules=V2_AR_EARLIER),
+              "test_eagle", ("test_acceptance[tiny-llama-eagle3]",), runner=V2, other_homes=V2_AR_OTHER_HOMES),
     gpu_break("draft_kv_slot_shifted_v2",
               "the drafter's later proposals of a step write their KV two slots late (their positions stay right): "
               "the next proposal's previous token is past the slots it reads (one slot late stays unseen: a key "
               "carries its RoPE position and still lies within the slots the next proposal reads)",
-              V2_AR, r"(self\.block_tables\.compute_slot_mappings\(\s*idx_mapping,\s*query_start_loc,\s*)positions,",
-              "\\g<1>positions + 2,",
-              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2, earlier_modules=V2_AR_EARLIER,
+              V2_AR, r"(self\.block_tables\.compute_slot_mappings\(\s*(?:self\.)?idx_mapping(?:\[:\s*num_reqs\])?,"
+                     r"\s*(?:self\.input_buffers\.)?query_start_loc(?:\[:\s*num_reqs \+ 1\])?,\s*)"
+                     r"(?P<positions>(?:self\.input_buffers\.)?positions(?:\[:\s*num_reqs\])?),",
+              "\\g<1>\\g<positions> + 2,",
+              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2, other_homes=V2_AR_OTHER_HOMES,
               everywhere=True),
     gpu_break("host_sync_in_build",
               "FlashInfer's build() reads the longest sequence back to the host (.item()) on every call",
@@ -451,7 +455,7 @@ GPU_BREAKS = {b.name: b for b in [
               "the drafter's propose() reads a sampled token back to the host (.item()) on every step",
               V2_AR, PROPOSE_FIRST_LINE_V2, PROPOSE_SYNC_V2,
               "test_eagle", ("test_no_host_sync_in_the_speculative_step[tiny-llama-eagle3]",), runner=V2,
-              earlier_modules=V2_AR_EARLIER),
+              other_homes=V2_AR_OTHER_HOMES),
     gpu_break("host_sync_in_draft_model_propose_v2",
               "the draft model's propose() reads a sampled token back to the host (.item()) on every step",
               f"{V2_SPEC}.standalone_ar.speculator", PROPOSE_FIRST_LINE_V2, PROPOSE_SYNC_V2,
@@ -469,7 +473,7 @@ GPU_BREAKS = {b.name: b for b in [
               r"\n(?P<indent>[ \t]*)last_hidden_states, hidden_states = self\._run_model\(\s*num_tokens_padded,",
               "\n\\g<indent>self.input_buffers.positions[:num_reqs] += 1"
               "\n\\g<indent>last_hidden_states, hidden_states = self._run_model(\n\\g<indent>    num_tokens_padded,",
-              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2, earlier_modules=V2_AR_EARLIER),
+              "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2, other_homes=V2_AR_OTHER_HOMES),
     gpu_break("mtp_drops_the_token",
               "the MTP layer drops the embedding of the token it drafts after",
               "vllm.model_executor.models.mimo_mtp",

@@ -109,25 +109,31 @@ def run_on_gpus(jobs: list[T], gpus: list[str | None], run: Callable[[T, str | N
         return list(pool.map(on_a_free_gpu, jobs))
 
 
-def patched_source(brk: Patch) -> tuple[str, str]:
-    """(the installed module's file, its source with the break applied)."""
-    module = brk.installed_module()
-    if module is None:
-        parent, _, child = brk.module.rpartition(".")
-        homes = " or ".join((brk.module, *brk.earlier_modules))
-        raise PatchDoesNotApply(parent, child, f"break {brk.name!r}", brk.last_found,
-                                detail=f"break {brk.name!r}: vLLM has no module {homes}")
-    origin = module_origin(module)
-    return origin, apply(brk, open(origin).read(), origin)
+def patched_source(brk: Patch) -> tuple[str, str, str]:
+    """(the module edited, its installed file, its source with the break applied): the first of the break's
+    homes whose installed source has the code it edits."""
+    refused = None
+    for module in brk.homes:
+        origin = module_origin(module)
+        if origin is None:
+            continue
+        try:
+            return module, origin, apply(brk, open(origin).read(), origin)
+        except PatchDoesNotApply as error:
+            refused = refused or error
+    if refused is not None:
+        raise refused
+    parent, _, child = brk.module.rpartition(".")
+    raise PatchDoesNotApply(parent, child, f"break {brk.name!r}", brk.last_found,
+                            detail=f"break {brk.name!r}: vLLM has no module {' or '.join(brk.homes)}")
 
 
 def install(name: str) -> None:
     """Registers the patched copy of the break's module; it must not have been imported yet."""
     brk = BREAKS[name]
-    module_name = brk.installed_module()
+    module_name, origin, patched = patched_source(brk)
     if module_name in sys.modules:
         raise RuntimeError(f"break {name!r}: {module_name} is already imported; load this plugin first")
-    origin, patched = patched_source(brk)
     spec = importlib.util.find_spec(module_name)
     module = importlib.util.module_from_spec(spec)
     setattr(module, MARKER, name)

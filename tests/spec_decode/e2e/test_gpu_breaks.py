@@ -41,7 +41,7 @@ def test_break_applies_once_to_the_installed_vllm(name, smoke_runners):
     reason = not_run_here(brk, smoke_runners)
     if reason:
         pytest.skip(reason)
-    origin, patched = patched_source(brk)
+    _, origin, patched = patched_source(brk)
     assert patched != open(origin).read()
 
 
@@ -58,14 +58,18 @@ def test_a_break_matching_more_than_one_place_fails_by_name():
         patched_source(twice)
 
 
-def test_a_break_edits_the_first_home_this_vllm_has():
-    """A module moved by a release: the break edits the earlier home where the newer one is not installed."""
-    moved = gpu_break("moved", "", "vllm.no_such_module", r"\bclass FlashInferMetadataBuilder\b",
-                      "class FlashInferMetadataBuilder", "test_x", (),
-                      earlier_modules=("vllm.v1.attention.backends.flashinfer",))
-    origin, _ = patched_source(moved)
-    assert origin.endswith("vllm/v1/attention/backends/flashinfer.py")
-    gone = gpu_break("gone", "", "vllm.no_such_module", r"x", "", "test_x", (), earlier_modules=("vllm.no_such_either",))
+def test_a_break_edits_the_first_home_whose_source_has_its_code():
+    """Code moved between modules: the break edits the first of its homes that is installed and holds the code
+    (a home gone, or one without the code, is passed over); none holding it is the break's breakage."""
+    moved = gpu_break("moved", "", "vllm.no_such_module", r"\bdef has_nvidia_artifactory\b", "def has_nvidia_artifactory",
+                      "test_x", (), other_homes=("vllm.v1.attention.backends.flashinfer", "vllm.utils.flashinfer"))
+    module, origin, _ = patched_source(moved)
+    assert module == "vllm.utils.flashinfer" and origin.endswith("vllm/utils/flashinfer.py")
+    absent = gpu_break("absent", "", "vllm.v1.attention.backends.flashinfer", r"no_such_code\(\)", "", "test_x", (),
+                       other_homes=("vllm.utils.flashinfer",))
+    with pytest.raises(PatchDoesNotApply, match="does not apply to .*backends/flashinfer.py"):
+        patched_source(absent)
+    gone = gpu_break("gone", "", "vllm.no_such_module", r"x", "", "test_x", (), other_homes=("vllm.no_such_either",))
     with pytest.raises(PatchDoesNotApply, match="no module vllm.no_such_module or vllm.no_such_either"):
         patched_source(gone)
 
@@ -74,7 +78,7 @@ def test_an_everywhere_break_edits_every_place():
     """``everywhere`` edits each place its pattern matches, and still refuses a pattern that matches none."""
     each = gpu_break("each", "", "vllm.v1.attention.backends.flashinfer", r"\bdef ", "def  ", "test_x", (),
                      everywhere=True)
-    origin, patched = patched_source(each)
+    _, origin, patched = patched_source(each)
     original = open(origin).read()
     assert patched.count("def  ") == original.count("def ") > 1
     none = gpu_break("none", "", "vllm.v1.attention.backends.flashinfer", r"no_such_code\(\)", "", "test_x", (),
@@ -101,7 +105,7 @@ def test_every_break_names_its_cases():
 def test_installed_host_sync_break_is_seen_by_the_sentinel_and_leaves_the_file_alone():
     """With ``host_sync_in_build`` installed, the real builder's build() now syncs on an all-TRTLLM batch (the
     tier's sentinel sees it); the installed flashinfer.py is byte-for-byte the same."""
-    origin, _ = patched_source(BREAKS["host_sync_in_build"])
+    _, origin, _ = patched_source(BREAKS["host_sync_in_build"])
     before = hashlib.sha256(open(origin, "rb").read()).hexdigest()
     script = textwrap.dedent("""
         from spec_decode_ci.e2e import gpu_breaks
