@@ -251,6 +251,18 @@ def runs(request):
     return CaseRuns(e2e_config(request.config))
 
 
+@pytest.fixture(scope="session")
+def vllm_forked_pytest():
+    """Child pytest runs (``ForkedPytest``) forked from one process that imported vLLM's top-level package once:
+    for tests that run the harness's suites against a changed vLLM, whose changed modules ``import vllm`` does not
+    import (each run imports them itself, changed)."""
+    from spec_decode_ci.pytest_run import ForkedPytest
+
+    runs = ForkedPytest(preload=("vllm",))
+    yield runs
+    runs.close()
+
+
 # How many harnesses are kept for reuse, the least recently used dropped first: a builder that plans FlashInfer's native
 # paths holds its workspace (394 MiB or more), and the tier makes a few dozen distinct builders.
 HARNESSES_KEPT = 6

@@ -138,12 +138,13 @@ class ForkedPytest:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def run(self, *targets: str, marker: str | None = None, plugins: tuple[str, ...] = (),
-            env: dict[str, str] | None = None, only: tuple[str, ...] = ()) -> PytestRun:
+            env: dict[str, str] | None = None, extra: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> PytestRun:
         """As ``run_pytest``, which it falls back to where the server cannot fork (CUDA initialised there: a
         forked child could not use the GPU)."""
         with tempfile.TemporaryDirectory() as tmp:
             log, output = Path(tmp) / "failures.jsonl", Path(tmp) / "output.txt"
-            request = {"args": pytest_args(targets, marker, plugins), "env": {**(env or {}), **_run_env(log, only)},
+            request = {"args": pytest_args(targets, marker, plugins, extra=extra),
+                       "env": {**(env or {}), **_run_env(log, only)},
                        "output": str(output)}
             start = time.perf_counter()
             self._server.stdin.write(json.dumps(request) + "\n")
@@ -154,7 +155,7 @@ class ForkedPytest:
             wall = time.perf_counter() - start
             answer = json.loads(reply)
             if answer.get("cannot_fork"):
-                return run_pytest(*targets, marker=marker, plugins=plugins, env=env, only=only)
+                return run_pytest(*targets, marker=marker, plugins=plugins, env=env, extra=extra, only=only)
             return PytestRun(answer["returncode"], output.read_text(errors="replace") if output.exists() else "",
                              wall, _failures(log), answer["max_rss_mib"])
 

@@ -14,9 +14,13 @@ from spec_decode_ci.suites.vllm_changes import HIDE_ENV, RENAME_ENV
 pytestmark = pytest.mark.selfcheck  # the harness's own behaviour, checked in children of the tier
 
 
-def run_changed(env: dict[str, str], *modules: str, workers: int = 0) -> tuple[int, str]:
-    run = run_pytest(*(f"spec_decode_ci.suites.{m}" for m in modules), marker="build_path", env=env,
-                     plugins=("spec_decode_ci.suites.vllm_changes",), workers=workers)
+def run_changed(env: dict[str, str], *modules: str, runs=None, workers: int = 0) -> tuple[int, str]:
+    """The build-path tests of ``modules`` against the changed vLLM ``env`` describes: forked from ``runs``
+    (``vllm_forked_pytest``), or with ``workers`` xdist workers in a child process."""
+    targets = tuple(f"spec_decode_ci.suites.{m}" for m in modules)
+    plugins = ("spec_decode_ci.suites.vllm_changes",)
+    run = runs.run(*targets, marker="build_path", env=env, plugins=plugins) if runs is not None else \
+        run_pytest(*targets, marker="build_path", env=env, plugins=plugins, workers=workers)
     return run.returncode, run.output
 
 
@@ -37,26 +41,26 @@ def assert_harness_breakage(code: int, output: str, missing: str) -> dict[str, i
     return counts
 
 
-def test_hidden_runner_modules_end_the_padding_tests_in_missing_vllm_field():
+def test_hidden_runner_modules_end_the_padding_tests_in_missing_vllm_field(vllm_forked_pytest):
     code, output = run_changed({HIDE_ENV: "vllm.v1.worker.gpu_model_runner,vllm.v1.worker.gpu.model_runner"},
-                               "test_cuda_graph_padding")
+                               "test_cuda_graph_padding", runs=vllm_forked_pytest)
     counts = assert_harness_breakage(code, output, "gpu_model_runner / gpu.model_runner")
     assert counts.get("passed") == 2, output[-3000:]  # the two runner rules that need no vLLM runner
 
 
-def test_renamed_metadata_field_ends_every_batch_test_in_missing_vllm_field():
+def test_renamed_metadata_field_ends_every_batch_test_in_missing_vllm_field(vllm_forked_pytest):
     code, output = run_changed({RENAME_ENV: "vllm.v1.attention.backend:seq_lens_cpu_upper_bound:seq_lens_host_bound"},
-                               "test_guard_truth_table")
+                               "test_guard_truth_table", runs=vllm_forked_pytest)
     assert_harness_breakage(code, output, "seq_lens_cpu_upper_bound")
 
 
-def test_an_mla_backend_whose_module_is_gone_is_breakage_not_a_skip():
+def test_an_mla_backend_whose_module_is_gone_is_breakage_not_a_skip(vllm_forked_pytest):
     """A backend on vLLM's SM100 MLA list whose module no longer exists errors in every test of it, summed up in
     the one line; the other backends' tests still pass."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     module = AttentionBackendEnum["FLASHMLA"].get_path().rsplit(".", 1)[0]
-    code, output = run_changed({HIDE_ENV: module}, "test_mla_builders")
+    code, output = run_changed({HIDE_ENV: module}, "test_mla_builders", runs=vllm_forked_pytest)
     counts = assert_harness_breakage(code, output, f"{module} has no FlashMLABackend")
     assert counts.get("passed"), output[-3000:]
     assert "FLASHMLA: " not in output, output[-3000:]  # not skipped with a reason

@@ -123,14 +123,14 @@ def test_installed_host_sync_break_is_seen_by_the_sentinel_and_leaves_the_file_a
     assert hashlib.sha256(open(origin, "rb").read()).hexdigest() == before
 
 
-def test_installed_vocabulary_break_turns_the_speculators_construction_red():
+def test_installed_vocabulary_break_turns_the_speculators_construction_red(vllm_forked_pytest):
     """With ``draft_vocab_unmapped`` installed, vLLM's EAGLE-3 class built from the tiny speculators checkpoint on
     the CPU proposes wrong tokens (the CPU test of the construction goes red); without it, that test is green."""
     construction = Path(__file__).with_name("test_tiny_models.py")
 
     def run(brk: str | None):
-        return run_pytest(str(construction), plugins=("spec_decode_ci.e2e.gpu_breaks",), env={ENV: brk or ""},
-                          extra=("-k", "speculators"))
+        return vllm_forked_pytest.run(str(construction), plugins=("spec_decode_ci.e2e.gpu_breaks",),
+                                      env={ENV: brk or ""}, extra=("-k", "speculators"))
 
     broken = run("draft_vocab_unmapped")
     assert broken.returncode == 1 and "first proposal right on 0/" in broken.output, broken.tail()
@@ -258,14 +258,14 @@ def test_gpu_selfcheck_without_a_gpu_says_so():
     assert "gpu_selfcheck: the suites cannot run here:" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_installed_page_break_turns_the_native_plan_test_red():
+def test_installed_page_break_turns_the_native_plan_test_red(vllm_forked_pytest):
     """With ``native_pages_of_another_request`` installed, the pages FlashInfer's native plans are told are
     another request's (the build-path tier's native plan test goes red); without it, that test is green."""
     native_plan = Path(__file__).parents[1] / "test_native_plan.py"
 
     def run(brk: str | None):
-        return run_pytest(str(native_plan), plugins=("spec_decode_ci.e2e.gpu_breaks",), env={ENV: brk or ""},
-                          extra=("-k", "test_native_plans_match_reference"))
+        return vllm_forked_pytest.run(str(native_plan), plugins=("spec_decode_ci.e2e.gpu_breaks",),
+                                      env={ENV: brk or ""}, extra=("-k", "test_native_plans_match_reference"))
 
     broken = run("native_pages_of_another_request")
     assert broken.returncode == 1 and broken.red == {"test_native_plans_match_reference[16]",
