@@ -101,12 +101,12 @@ def main() -> int:
 def per_regression() -> int:
     """One forked tier run per regression of the self-check (as tests/spec_decode/test_selfcheck.py runs them):
     seconds, the run's peak host memory and its verdict; the server's import once, and the control."""
-    from spec_decode_ci.buildpath.regressions import ENV
-    from spec_decode_ci.patches import FLASHINFER, MLA_COMMON, REGRESSIONS
+    from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD
+    from spec_decode_ci.patches import REGRESSIONS
     from spec_decode_ci.pytest_run import ForkedPytest
 
     start = time.perf_counter()
-    runs = ForkedPytest(preload=(FLASHINFER, MLA_COMMON, "spec_decode_ci.pytest_plugin"))
+    runs = ForkedPytest(preload=TIER_PRELOAD)
     runs.run("spec_decode_ci.suites", marker="no_such_marker")  # returns once the server has imported vLLM
     print(f"server import (once per process): {time.perf_counter() - start:.1f} s", flush=True)
     print(f"{'regression':44s} {'wall s':>7s} {'peak MiB':>9s}  red / must turn red", flush=True)

@@ -160,19 +160,6 @@ def trtllm_availability_per_phase() -> bool:
     return "is_prefill" in inspect.signature(check).parameters
 
 
-def gpu_answering_modules() -> tuple:
-    """vLLM's modules whose ``functools`` caches hold answers derived from the GPU's capability: FlashInfer's
-    helpers and backend, and the MLA prefill backend selector where this vLLM has one."""
-    import vllm.utils.flashinfer as fi_utils
-    import vllm.v1.attention.backends.flashinfer as fi_backend
-
-    try:
-        from vllm.v1.attention.backends.mla.prefill import selector as mla_prefill_selector
-    except ImportError:  # no per-platform MLA prefill selection in this vLLM
-        return fi_utils, fi_backend
-    return fi_utils, fi_backend, mla_prefill_selector
-
-
 TRTLLM_PREFILL_CLASS = "TRTLLMPrefill"
 TRTLLM_DECODE_CLASSES = ("FlashInferTrtllmAPIDecode", "TRTLLMDecode")  # newest first
 

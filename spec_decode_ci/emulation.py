@@ -23,6 +23,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from spec_decode_ci import compat
+from spec_decode_ci.backends import FLASHINFER_UTILS, vllm_modules
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,8 @@ class UnsupportedEmulation(Exception):
 
 
 def forget_gpu_answers(*modules) -> None:
-    """Clears every ``functools`` cache among the functions of ``modules`` (``compat.gpu_answering_modules``):
-    some of them answer from the GPU's capability."""
+    """Clears every ``functools`` cache among the functions of ``modules`` (the backends' ``gpu_answering``
+    modules): some of them answer from the GPU's capability."""
     for module in modules:
         for value in list(vars(module).values()):
             if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", None) == module.__name__:
@@ -106,13 +107,13 @@ def forget_gpu_answers(*modules) -> None:
 
 @contextmanager
 def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterator[EmulatedGpu]:
-    """``extra_modules``: copies of vLLM's backend module (self-check) that imported the same names."""
-    import vllm.model_executor.layers.attention.mla_attention as mla_common
-    import vllm.utils.flashinfer as fi_utils
-    import vllm.v1.attention.backends.flashinfer as fi_backend
+    """``extra_modules``: copies of vLLM's backend modules (self-check) that imported the same names."""
+    import importlib
+
     from vllm.platforms import current_platform
     from vllm.platforms.interface import DeviceCapability
 
+    fi_utils = importlib.import_module(FLASHINFER_UTILS)  # where vLLM decides whether TRTLLM kernels ship
     platform_cls = type(current_platform)
     real_supports = fi_utils.supports_trtllm_attention
     # Releases that ask once for both phases cannot emulate a GPU with only one phase's kernels.
@@ -129,7 +130,7 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
     with ExitStack() as stack:
         # vLLM caches answers it derives from the GPU (supports_trtllm_attention is functools.cache'd): they are
         # forgotten on entering and on leaving, so no emulated GPU answers for another.
-        answering = (*compat.gpu_answering_modules(), *extra_modules)
+        answering = (*vllm_modules("gpu_answering"), *extra_modules)
         forget_gpu_answers(*answering)
         stack.callback(forget_gpu_answers, *answering)
         # Hardware boundary: report the emulated GPU's compute capability.
@@ -147,13 +148,13 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
             # Hardware boundary: the SM count is a property of the GPU there is none of.
             stack.enter_context(mock.patch.object(platform_cls, "num_compute_units",
                                                   classmethod(lambda cls, device_id=0: gpu.sm_count)))
-            for owner, name, value in compat.page_locking_switches((fi_utils, fi_backend, mla_common, *extra_modules),
+            for owner, name, value in compat.page_locking_switches((*vllm_modules("page_locking"), *extra_modules),
                                                                    available):
                 stack.enter_context(mock.patch.object(owner, name, value))
             stack.enter_context(PageLocking())
         # Hardware boundary: TRTLLM cubins count as present (the real check downloads from NVIDIA).
         stack.enter_context(mock.patch.object(fi_utils, "has_nvidia_artifactory", lambda: True))
-        for module in (fi_utils, fi_backend, *extra_modules):
+        for module in (*vllm_modules("kernel_probes"), *extra_modules):
             if hasattr(module, "supports_trtllm_attention"):
                 stack.enter_context(mock.patch.object(module, "supports_trtllm_attention", supports_trtllm_attention))
         yield gpu

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spec_decode_ci import compat
+from spec_decode_ci.backends import BACKENDS
 
-FLASHINFER = "vllm.v1.attention.backends.flashinfer"
-MLA_COMMON = "vllm.model_executor.layers.attention.mla_attention"
+# The builder modules of the registered backends the regressions edit.
+FLASHINFER, MLA_COMMON = BACKENDS["flashinfer"].module, BACKENDS["mla"].module
 
 # The source text the regressions edit, in every form a supported release writes it:
 # the TRTLLM prefill's indptr zeroing, a slice since 0.21.0 ([:1] = 0), a Python int stored before ([0] = 0);
@@ -60,9 +61,9 @@ class Patch:
     # The GPU model runner (compat.V1_RUNNER / V2_RUNNER) whose code the patch edits: it applies where that
     # runner is installed and shows only where the engine runs it (None: code both runners call).
     runner: str | None = None
-    # For vLLM's common MLA module, whose import registers custom ops and so is never executed again: the
-    # top-level definition whose source the patch edits and the copy compiles again.
-    definition: str = "MLACommonMetadataBuilder"
+    # For a module whose import has side effects (its backend's ``recompiled``, spec_decode_ci.backends): the
+    # top-level definition whose source the patch edits and the copy compiles again (None: the first of those).
+    definition: str | None = None
     # Other modules that hold the edited code in some release (code moved between modules): the first of
     # ``module`` and these whose installed source has the code is edited.
     other_homes: tuple[str, ...] = ()

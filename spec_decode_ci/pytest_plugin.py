@@ -284,7 +284,7 @@ def build_harness():
         key = (type(options), options, gpu)
         if key not in cache:
             try:
-                cache[key] = backend_for(options).harness(options, gpu)
+                cache[key] = backend_for(options).make_harness(options, gpu)
             except UnsupportedEmulation as exc:
                 pytest.skip(str(exc))
             while len(cache) > HARNESSES_KEPT:

@@ -1,6 +1,7 @@
 """Regressions of the bug classes the build-path tier exists for, re-applied to a private copy of vLLM's module:
 PR #39546's two, the later FlashInfer ones, and the MLA builders' (applied to vLLM's common MLA module, with a
-copy of the backend's module built on top of it so its builder inherits the regression).
+copy of the backend's module built on top of it so its builder inherits the regression). Which module a backend's
+copy is made of, and how, is its record in ``spec_decode_ci.backends``.
 
 The copy is compiled from vLLM's own source with one textual change (a ``Patch`` of ``spec_decode_ci.patches``,
 ``selfcheck == "cpu"``) and used only by the harness that asks for it (``SPEC_DECODE_CI_REGRESSION=<name>``);
@@ -16,9 +17,13 @@ import types
 from functools import lru_cache
 from typing import Any
 
-from spec_decode_ci.patches import FLASHINFER, MLA_COMMON, REGRESSIONS, apply
+from spec_decode_ci.backends import BACKENDS, Backend, backend_of_module
+from spec_decode_ci.patches import REGRESSIONS, apply
 
 ENV = "SPEC_DECODE_CI_REGRESSION"
+# What a server that forks the tier's runs against the copies imports once (spec_decode_ci.pytest_run.ForkedPytest):
+# every registered backend's builder module, and the plugin the tier runs with.
+TIER_PRELOAD = (*(b.module for b in BACKENDS.values()), "spec_decode_ci.pytest_plugin")
 def _compiled_copy(original: types.ModuleType, source: str) -> types.ModuleType:
     module = types.ModuleType(original.__name__, original.__doc__)
     module.__dict__.update(__file__=original.__file__, __package__=original.__package__)
@@ -41,19 +46,32 @@ def _with_recompiled(original: types.ModuleType, definitions: dict[Any, Any], **
     return module
 
 
+def _backend(module: str) -> Backend:
+    backend = backend_of_module(module)
+    if backend is None:
+        raise ValueError(f"no registered backend (spec_decode_ci.backends) has its builder in {module}")
+    return backend
+
+
+def _recompiled(backend: Backend, original: types.ModuleType) -> dict[Any, Any]:
+    return {getattr(original, name): None for name in backend.recompiled}
+
+
 @lru_cache(maxsize=None)
 def patched_backend(name: str) -> types.ModuleType:
-    """A copy of the module regression ``name`` targets, with the regression applied (for vLLM's common MLA
-    module, whose import registers custom ops, the definition the regression edits and the builder class alone
-    are compiled again)."""
+    """A copy of the module regression ``name`` targets, with the regression applied (for a module whose import
+    has side effects, its backend's ``recompiled`` definitions and the one the regression edits are compiled
+    again)."""
     import importlib
 
     regression = REGRESSIONS[name]
     original = importlib.import_module(regression.module)
-    if regression.module == MLA_COMMON:
-        edited = getattr(original, regression.definition)
-        where = f"{original.__file__} ({regression.definition})"
-        return _with_recompiled(original, {original.MLACommonMetadataBuilder: None,
+    backend = _backend(regression.module)
+    if backend.recompiled:
+        definition = regression.definition or backend.recompiled[0]
+        edited = getattr(original, definition)
+        where = f"{original.__file__} ({definition})"
+        return _with_recompiled(original, {**_recompiled(backend, original),
                                            edited: lambda source: apply(regression, source, where)})
     return _compiled_copy(original, apply(regression, inspect.getsource(original), original.__file__))
 
@@ -65,33 +83,31 @@ def _requested_name() -> str | None:
     return name or None
 
 
-def requested() -> types.ModuleType | None:
-    """The patched FlashInfer backend module named by $SPEC_DECODE_CI_REGRESSION, or None for vLLM's own
-    (also when the regression named edits another module)."""
-    name = _requested_name()
-    if name is None or REGRESSIONS[name].module != FLASHINFER:
-        return None
-    return patched_backend(name)
-
-
 @lru_cache(maxsize=None)
-def _mla_backend_copy(name: str, builder: type) -> tuple[types.ModuleType, types.ModuleType]:
+def _copies(name: str, backend: Backend, builder: type) -> tuple[types.ModuleType, types.ModuleType]:
     import importlib
 
-    original_common = importlib.import_module(MLA_COMMON)
-    common = patched_backend(name) if REGRESSIONS[name].module == MLA_COMMON else \
-        _with_recompiled(original_common, {original_common.MLACommonMetadataBuilder: None})
-    backend = importlib.import_module(builder.__module__)
-    if builder is original_common.MLACommonMetadataBuilder:
-        return common, common
-    return _with_recompiled(backend, {builder: None}, MLACommonMetadataBuilder=common.MLACommonMetadataBuilder), common
+    original = importlib.import_module(backend.module)
+    if REGRESSIONS[name].module == backend.module:
+        base = patched_backend(name)
+    elif backend.recompiled:
+        base = _with_recompiled(original, _recompiled(backend, original))
+    else:
+        base = _compiled_copy(original, inspect.getsource(original))
+    if builder.__module__ == backend.module:
+        return base, base
+    derived = importlib.import_module(builder.__module__)
+    inherited = {n: getattr(base, n) for n in backend.recompiled}
+    return _with_recompiled(derived, {builder: None}, **inherited), base
 
 
-def requested_mla_backend(builder: type) -> tuple[types.ModuleType, types.ModuleType] | None:
-    """(a copy of the module of the MLA builder class ``builder``, the copy of vLLM's common MLA module it is
-    built on), the common builder regressed as $SPEC_DECODE_CI_REGRESSION names (unchanged for the control);
-    None for vLLM's own modules. Each copy defines the builder class under its own name."""
+def requested(backend: Backend, builder: type) -> tuple[types.ModuleType, types.ModuleType] | None:
+    """The self-check's copies for a harness of ``backend`` whose builder class is ``builder``: (a copy of
+    ``builder``'s module, the copy of ``backend.module`` it is built on; one module for a builder defined there),
+    the latter regressed as $SPEC_DECODE_CI_REGRESSION names (unchanged for the control ``none``). None for vLLM's
+    own modules: no regression asked for, or one that edits another backend's module. Each copy defines the
+    builder class under its own name."""
     name = _requested_name()
-    if name is None or REGRESSIONS[name].module != MLA_COMMON and name != "none":
+    if name is None or REGRESSIONS[name].module != backend.module and name != "none":
         return None
-    return _mla_backend_copy(name, builder)
+    return _copies(name, backend, builder)

@@ -76,3 +76,15 @@ class MlaBuildHarness(BuildHarnessBase):
             # Hardware boundary: FlashMLA's scheduling kernel runs on the GPU only.
             stack.enter_context(mock.patch.object(module, "get_mla_metadata", self.scheduling))
         return stack
+
+
+def make_harness(options: MlaOptions, gpu: EmulatedGpu) -> MlaBuildHarness:
+    """The registered factory (``spec_decode_ci.backends``): on the self-check's copies (the backend's module
+    built on a regressed copy of vLLM's common MLA module) where ``$SPEC_DECODE_CI_REGRESSION`` asks for them."""
+    from spec_decode_ci.backends import BACKENDS
+    from spec_decode_ci.buildpath import regressions
+    from spec_decode_ci.mla.builder import backend_class
+
+    copies = regressions.requested(BACKENDS["mla"], backend_class(options.backend, gpu).get_builder_cls())
+    backend_module, common_module = copies or (None, None)
+    return MlaBuildHarness(options, gpu, backend_module=backend_module, common_module=common_module)

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from spec_decode_ci.buildpath.regressions import ENV, patched_backend
-from spec_decode_ci.patches import FLASHINFER, MLA_COMMON, REGRESSIONS
+from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD, patched_backend
+from spec_decode_ci.patches import REGRESSIONS
 from spec_decode_ci.pytest_run import ForkedPytest
 
 pytestmark = pytest.mark.selfcheck
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.selfcheck
 def tier_runs():
     """The tier's runs against the regressed copies, each a fresh pytest session forked from one process that
     imported vLLM once."""
-    runs = ForkedPytest(preload=(FLASHINFER, MLA_COMMON, "spec_decode_ci.pytest_plugin"))
+    runs = ForkedPytest(preload=TIER_PRELOAD)
     yield runs
     runs.close()
 
