@@ -41,7 +41,7 @@ def main() -> None:
     t0 = time.perf_counter()
     from spec_decode_ci.buildpath.batches import Choices, random_spec_decode_batch, spec_decode_batch
     from spec_decode_ci.flashinfer.harness import BuildHarness
-    from spec_decode_ci.emulation import EmulatedGpu
+    from spec_decode_ci.emulation import BLACKWELL
 
     harness = BuildHarness()
     print(f"vLLM import + real builder construction: {time.perf_counter() - t0:6.1f} s")
@@ -58,8 +58,8 @@ def main() -> None:
 
     print("host syncs per build() (sentinel), by batch class:")
     k = harness.options.num_spec_tokens
-    for label, gpu in [("all TRTLLM", EmulatedGpu()), ("native prefill", EmulatedGpu(trtllm_prefill=False)),
-                       ("all native", EmulatedGpu(trtllm_prefill=False, trtllm_decode=False))]:
+    for label, gpu in [("all TRTLLM", BLACKWELL), ("native prefill", BLACKWELL.variant(trtllm_prefill=False)),
+                       ("all native", BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False))]:
         h = BuildHarness(gpu=gpu)
         for mix, (d, p) in {"decode-only": (4, 0), "prefill-only": (0, 4), "mixed": (4, 4)}.items():
             result = h.build(spec_decode_batch(d, p, k, 16, seed=1, decode_query_len=h.decode_threshold),

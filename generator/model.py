@@ -49,6 +49,7 @@ class Device:
     gpus_per_agent: int | None  # 0 for a CPU agent; None where the matrix does not say
     capabilities: tuple[str, ...]
     depends_on: tuple[str, ...] | None  # image builds a suite step on this device waits for
+    sm_count: int | None = None  # streaming multiprocessors of one GPU (an emulated GPU of this device reports it)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def parse_matrix(doc: Document) -> Matrix:
 
 
 DEVICE_KEYS = ("test_area_device", "display_name", "emoji", "gpu_name", "memory_gib", "compute_capability",
-               "gpus_per_agent", "capabilities", "depends_on")
+               "sm_count", "gpus_per_agent", "capabilities", "depends_on")
 
 
 def _parse_device(doc: Document, path: str, name: str) -> Device:
@@ -173,6 +174,7 @@ def _parse_device(doc: Document, path: str, name: str) -> Device:
             "capabilities", text_list(patterned(CAPABILITY_RE, "a capability name such as 'trtllm_prefill'")), ()
         ),
         depends_on=r.get("depends_on", text_list()),
+        sm_count=r.get("sm_count", integer(1)),
     )
 
 

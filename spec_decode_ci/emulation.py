@@ -1,7 +1,7 @@
 """Emulated Blackwell (and Hopper): the only fakes of the build-path tier, all at the hardware boundary.
 
-- the platform's device capability (10.0 for B200, 9.0 for H100/H200) and, on a machine without CUDA, its device
-  type;
+- the platform's device capability (the hardware matrix's ``compute_capability`` of the device emulated) and,
+  on a machine without CUDA, its device type;
 - which TRTLLM kernels the emulated GPU ships (per phase), and that their cubins are present
   (`has_nvidia_artifactory` would otherwise probe the network);
 - on a machine without CUDA, that host memory cannot be page-locked, and the GPU's SM count (MLA builders size
@@ -13,9 +13,11 @@ emulated capability; the per-phase switch can only take a kernel away, never add
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 from unittest import mock
 
@@ -24,18 +26,23 @@ from torch.overrides import TorchFunctionMode
 
 from spec_decode_ci import compat
 from spec_decode_ci.backends import FLASHINFER_UTILS, vllm_modules
+from spec_decode_ci.generator.names import MATRIX_NAME
 
 
 @dataclass(frozen=True)
 class EmulatedGpu:
-    capability: tuple[int, int] = (10, 0)
+    capability: tuple[int, int]
+    sm_count: int  # MLA builders size their scheduling buffers by it
     trtllm_prefill: bool = True
     trtllm_decode: bool = True
     # On a machine without CUDA: whether vLLM is told host memory can be page-locked (a CUDA driver's service).
     # Off, vLLM takes its pageable paths; on, it pins where it would on a GPU. Either way a pin vLLM asks for is
     # emulated (``PageLocking``), so code that pins unconditionally runs and what it pinned can be checked.
     page_locking: bool = False
-    sm_count: int = 148  # B200
+
+    def variant(self, **changes) -> "EmulatedGpu":
+        """This GPU with ``changes`` (which TRTLLM kernels it ships, whether host memory can be page-locked)."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def name(self) -> str:
@@ -44,8 +51,31 @@ class EmulatedGpu:
         return f"sm{self.capability[0]}{self.capability[1]}[{phases}]"
 
 
-BLACKWELL = EmulatedGpu()
-HOPPER = EmulatedGpu(capability=(9, 0), sm_count=132)  # H100/H200: vLLM's TRTLLM-API decodes run on XQA there
+class NoEmulatedGpu(ValueError):
+    """A matrix device the tier emulates says too little to emulate it."""
+
+
+def emulated_gpu(device: str, matrix_path: Path | None = None) -> EmulatedGpu:
+    """The GPU of hardware-matrix device ``device`` as the tier emulates it: the ``compute_capability`` and
+    ``sm_count`` the matrix gives it (the matrix the package carries, unless ``matrix_path``)."""
+    from spec_decode_ci.generator.model import load_matrix
+
+    path = matrix_path or Path(__file__).with_name(MATRIX_NAME)
+    devices = load_matrix(path).devices
+    if device not in devices:
+        raise NoEmulatedGpu(f"{path}: devices.{device}: expected the device the build-path tier emulates")
+    found = devices[device]
+    for key in ("compute_capability", "sm_count"):
+        if getattr(found, key) is None:
+            raise NoEmulatedGpu(f"{path}: devices.{device}.{key}: expected it, an emulated GPU of {device} reports it")
+    major, minor = found.compute_capability.split(".")
+    return EmulatedGpu(capability=(int(major), int(minor)), sm_count=found.sm_count)
+
+
+# The matrix devices whose GPUs the build-path tier emulates: Blackwell, and Hopper (vLLM's TRTLLM-API decodes
+# run on XQA there).
+BLACKWELL_DEVICE, HOPPER_DEVICE = "b200", "h200"
+BLACKWELL, HOPPER = emulated_gpu(BLACKWELL_DEVICE), emulated_gpu(HOPPER_DEVICE)
 
 
 _PAGE_LOCKED: dict[int, "weakref.ref[torch.Tensor]"] = {}  # storage address -> a tensor owning it

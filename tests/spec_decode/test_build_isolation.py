@@ -24,7 +24,7 @@ PHASES = [("trtllm", "trtllm"), ("native", "trtllm"), ("trtllm", "native"), ("na
 
 
 def emulated(prefill: str, decode: str) -> EmulatedGpu:
-    return EmulatedGpu(trtllm_prefill=prefill == "trtllm", trtllm_decode=decode == "trtllm")
+    return BLACKWELL.variant(trtllm_prefill=prefill == "trtllm", trtllm_decode=decode == "trtllm")
 
 
 def batches(harness):

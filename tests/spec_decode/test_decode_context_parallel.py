@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from spec_decode_ci.buildpath import split as phases
-from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.emulation import BLACKWELL
 from spec_decode_ci.flashinfer import metadata_view, reference
 from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.builder import BuilderOptions
@@ -52,7 +52,7 @@ def test_rank_local_metadata_without_speculation(build_harness, rank, decode):
 def check_rank(build_harness, options: BuilderOptions, decode: str) -> None:
     world, rank = options.dcp_world_size, options.dcp_rank
     # TRTLLM prefill is never chosen under DCP: the prefill runs the native DCP context pass.
-    gpu = EmulatedGpu(trtllm_prefill=False, trtllm_decode=decode == "trtllm")
+    gpu = BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=decode == "trtllm")
     harness = build_harness(options, gpu)
     assert harness.builder.dcp_world_size == world and harness.builder.dcp_rank == rank
     interleave = harness.builder.dcp_kv_cache_interleave_size

@@ -14,7 +14,7 @@ import pytest
 
 from spec_decode_ci import compat
 from spec_decode_ci.buildpath.batches import spec_decode_batch
-from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.emulation import BLACKWELL
 
 pytestmark = pytest.mark.build_path
 
@@ -37,7 +37,7 @@ def case_id(case) -> str:
 @pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
 def test_guard(build_harness, case):
     has_prefill, has_decode, prefill_path, decode_path = case
-    gpu = EmulatedGpu(trtllm_prefill=prefill_path == "trtllm", trtllm_decode=decode_path == "trtllm")
+    gpu = BLACKWELL.variant(trtllm_prefill=prefill_path == "trtllm", trtllm_decode=decode_path == "trtllm")
     harness = build_harness(gpu=gpu)
     k = harness.options.num_spec_tokens
     # A decode has at most the builder's reorder threshold of query tokens: 1 + k with a TRTLLM decode, else 1.

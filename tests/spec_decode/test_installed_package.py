@@ -61,6 +61,16 @@ def test_wheel_has_one_top_level_name(installed):
             "spec_decode_ci/suites/test_guard_truth_table.py"} <= files
 
 
+def test_wheel_carries_the_data_the_package_reads(installed):
+    """The sentinel corpus's measured verdicts and the hardware matrix (the emulated GPUs come from it) are in the
+    wheel, the matrix as the checkout's file itself."""
+    wheel, _, _ = installed
+    with zipfile.ZipFile(wheel) as whl:
+        files = set(whl.namelist())
+        assert "spec_decode_ci/sync_verdicts.json" in files
+        assert whl.read("spec_decode_ci/hardware_matrix.yaml") == (REPO / "hardware_matrix.yaml").read_bytes()
+
+
 def test_sentinel_imports_without_vllm_and_both_packages_resolve(installed):
     _, site, decoy = installed
     code = ("import sys; sys.path.insert(0, '..'); import spec_decode_ci.sync, spec_decode_ci.emulation, spec_decode_ci.capabilities; "

@@ -13,12 +13,12 @@ from spec_decode_ci.buildpath import split as phases
 from spec_decode_ci.flashinfer import reference
 from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
 from spec_decode_ci.flashinfer.builder import BuilderOptions
-from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu
+from spec_decode_ci.emulation import BLACKWELL
 from spec_decode_ci.flashinfer.metadata_view import dtype_name, planned_attention, planned_paged_kv
 
 pytestmark = pytest.mark.build_path
 
-NATIVE = EmulatedGpu(trtllm_prefill=False, trtllm_decode=False)
+NATIVE = BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False)
 
 
 def native_batches(page: int):

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.emulation import BLACKWELL
 from spec_decode_ci.buildpath.batches import spec_decode_batch
 
 pytestmark = pytest.mark.build_path
 
 # The native paths are the ones that plan(); page-locking available, as on every GPU machine.
-NATIVE_PAGE_LOCKING = EmulatedGpu(trtllm_prefill=False, trtllm_decode=False, page_locking=True)
+NATIVE_PAGE_LOCKING = BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False, page_locking=True)
 
 
 @pytest.mark.parametrize("decodes,prefills", [(3, 3), (4, 0), (0, 3)], ids=["mixed", "decode-only", "prefill-only"])

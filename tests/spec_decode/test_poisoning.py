@@ -15,7 +15,7 @@ from spec_decode_ci.buildpath import split as phases
 from spec_decode_ci.flashinfer import metadata_view, reference
 from spec_decode_ci.buildpath.batches import spec_decode_batch
 from spec_decode_ci.buildpath.run import persistent_buffers, poison
-from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.emulation import BLACKWELL
 
 pytestmark = pytest.mark.build_path
 
@@ -36,7 +36,7 @@ def test_discovery_finds_device_and_host_buffers(build_harness):
 @pytest.mark.parametrize("prefill,decode", [("trtllm", "trtllm"), ("native", "trtllm"), ("native", "native"),
                                             ("trtllm", "native")])
 def test_poison_does_not_reach_the_kernels(build_harness, prefill, decode):
-    harness = build_harness(gpu=EmulatedGpu(trtllm_prefill=prefill == "trtllm", trtllm_decode=decode == "trtllm"))
+    harness = build_harness(gpu=BLACKWELL.variant(trtllm_prefill=prefill == "trtllm", trtllm_decode=decode == "trtllm"))
     batch = spec_decode_batch(3, 3, harness.options.num_spec_tokens, harness.options.page_size, seed=11,
                               decode_query_len=harness.decode_threshold)
     first, filled = poisoned_snapshot(harness, batch, POISON_A)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spec_decode_ci.e2e.runner import BuildLog, observed_builds
-from spec_decode_ci.emulation import EmulatedGpu
+from spec_decode_ci.emulation import BLACKWELL
 from spec_decode_ci.buildpath.batches import spec_decode_batch
 
 pytestmark = pytest.mark.e2e_offline
@@ -15,7 +15,7 @@ def test_mixed_batches_counted_as_scheduled_whatever_the_builder_calls_them(buil
     """Speculative decode steps (1 + k tokens) beside prefill chunks are a mixed batch. With TRTLLM decode the
     builder agrees; without it (Hopper) the builder calls every decode step a prefill, and the count must not
     follow it."""
-    for gpu, builder_view in [(EmulatedGpu(), (2, 3)), (EmulatedGpu(trtllm_prefill=False, trtllm_decode=False),
+    for gpu, builder_view in [(BLACKWELL, (2, 3)), (BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False),
                                                          (5, 0))]:
         harness = build_harness(gpu=gpu)
         k = harness.options.num_spec_tokens
