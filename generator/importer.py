@@ -12,7 +12,7 @@ from spec_decode_ci.generator.load import Document, join
 from spec_decode_ci.generator.model import Device
 from spec_decode_ci.generator.readers import Section, text, text_list
 from spec_decode_ci.generator.steps import RENAMED, parse_step
-from spec_decode_ci.generator.render import plain_fields, yaml_block
+from spec_decode_ci.generator.render import plain_fields, yaml_value
 
 TOP_KEYS = ("group", "depends_on", "steps")
 
@@ -62,4 +62,4 @@ def import_test_area(doc: Document) -> str:
     head = (f"# Imported by `generate-pipeline import` from {doc.file.rsplit('/', 1)[-1]}: every step as ci-infra\n"
             "# reads it, and a device block per device string. Regenerate the test-area file with\n"
             "# `generate-pipeline --matrix THIS_FILE --output PATH`.\n")
-    return head + "".join(f"{key}:{yaml_block(value, 2)}\n" for key, value in matrix.items())
+    return head + "".join(f"{key}:{yaml_value(value, 2)}\n" for key, value in matrix.items())

@@ -1,15 +1,16 @@
-"""Stage 4, render: steps -> the output's plain data (its one description) -> YAML text through a Jinja template.
+"""Stage 4, render: steps -> plain data (dataclasses and the test area's step fields) -> YAML text through a
+Jinja template, which holds the layout; PyYAML writes each value (the ``yaml`` filter).
 
-The template only lays the data out; ``validate`` parses the text back and requires it to equal the data,
-so a template slip or an escaping bug cannot reach a pipeline. Strings are written as they are in the matrix:
-both outputs go through Buildkite's upload, so `$$` in the matrix is a literal `$` at run time there too.
+``validate`` parses the text back and requires it to equal what the data says (``output_data``), so a template
+slip or an escaping bug cannot reach a pipeline. Strings are written as they are in the matrix: both outputs go
+through Buildkite's upload, so `$$` in the matrix is a literal `$` at run time there too.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -71,31 +72,60 @@ def native_commands(matrix: Matrix, step: Step) -> list[str]:
     return [*commands, keep_status(step.run_command, [report])]  # artifact_paths uploads both files
 
 
-def buildkite_data(matrix: Matrix, steps: list[Step], gated: bool) -> dict[str, Any]:
-    out: list[dict[str, Any]] = []
+@dataclass(frozen=True)
+class NativeStep:
+    """What a native pipeline's step says, as plain data; ``buildkite.yaml.j2`` lays it out."""
+
+    label: str
+    key: str
+    queue: str
+    timeout_in_minutes: int | None
+    soft_fail: bool
+    artifact_paths: tuple[str, ...]
+    env: dict[str, str]
+    commands: tuple[str, ...]
+    block_label: str | None  # a manual block step before it (an optional step of a gated run), or None
+    block_key: str | None
+
+
+def native_steps(matrix: Matrix, steps: list[Step], gated: bool) -> list[NativeStep]:
+    out = []
     for step in steps:
         gate = gated and step.optional
-        if gate:
+        out.append(NativeStep(step.label, step.key, step.queue, step.timeout_in_minutes, bool(step.get("soft_fail")),
+                              (step.junit_path, step.results_path), dict(step.get("env")),
+                              tuple(native_commands(matrix, step)), step.block_label if gate else None,
+                              step.block_key if gate else None))
+    return out
+
+
+def buildkite_data(native: list[NativeStep]) -> dict[str, Any]:
+    """What the native pipeline must parse back to (``validate.check_round_trip``): the template writes it, this
+    only checks it."""
+    out: list[dict[str, Any]] = []
+    for step in native:
+        if step.block_key:
             out.append({"block": step.block_label, "key": step.block_key})
         d: dict[str, Any] = {"label": step.label, "key": step.key}
-        if gate:
+        if step.block_key:
             d["depends_on"] = [step.block_key]
         d["agents"] = {"queue": step.queue}
         d["timeout_in_minutes"] = step.timeout_in_minutes
-        if step.get("soft_fail"):
+        if step.soft_fail:
             d["soft_fail"] = True
         d["retry"] = {"automatic": [dict(r) for r in AUTOMATIC_RETRY]}
-        d["artifact_paths"] = [step.junit_path, step.results_path]
-        d["env"] = dict(step.get("env"))
-        d["commands"] = native_commands(matrix, step)
+        d["artifact_paths"] = list(step.artifact_paths)
+        d["env"] = dict(step.env)
+        d["commands"] = list(step.commands)
         out.append(d)
     return {"steps": out}
 
 
 def output_data(matrix: Matrix, steps: list[Step], options: RenderOptions) -> dict[str, Any]:
+    """The plain data the output must parse back to."""
     if options.format == "test-area":
         return test_area_data(matrix, steps)
-    return buildkite_data(matrix, steps, options.gated)
+    return buildkite_data(native_steps(matrix, steps, options.gated))
 
 
 # --- the text ------------------------------------------------------------------------------------
@@ -104,45 +134,38 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _YAML_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null"}
 
 
-def yaml_scalar(value: Any) -> str:
-    """A YAML scalar for ``value``: strings become escaped double-quoted scalars (a JSON string is one)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if value is None:
-        return "null"
-    raise TypeError(f"no YAML scalar for {type(value).__name__}")
+@lru_cache(maxsize=None)
+def _dumper():
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        """PyYAML's emitter: strings double-quoted (never read as another type, `$$` and `{{` kept as written),
+        mapping keys plain where they can be, sequences indented under their key."""
+
+        def increase_indent(self, flow=False, indentless=False):
+            return super().increase_indent(flow, False)
+
+        def represent_mapping(self, tag, mapping, flow_style=None):
+            node = super().represent_mapping(tag, mapping, flow_style)
+            for key, _ in node.value:
+                if _PLAIN_KEY.match(key.value) and key.value.lower() not in _YAML_WORDS:
+                    key.style = None
+            return node
+
+    Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"'))
+    return Dumper
 
 
-def yaml_key(key: str) -> str:
-    return key if _PLAIN_KEY.match(key) and key.lower() not in _YAML_WORDS else yaml_scalar(key)
+def yaml_value(value: Any, indent: int) -> str:
+    """``value`` as PyYAML writes it after a ``key:``: a scalar on the key's line, a list or mapping on lines of
+    their own ``indent`` spaces in."""
+    import yaml
 
-
-def yaml_block(value: Any, indent: int) -> str:
-    """``value`` as the YAML that follows a ``key:`` at ``indent - 2``: inline scalar or an indented block."""
-    pad = " " * indent
-    if isinstance(value, dict):
-        if not value:
-            return " {}"
-        return "".join(f"\n{pad}{yaml_key(k)}:{yaml_block(v, indent + 2)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return " []"
-        return "".join(f"\n{pad}-{yaml_item(v, indent + 2)}" for v in value)
-    return " " + yaml_scalar(value)
-
-
-def yaml_item(value: Any, indent: int) -> str:
-    """``value`` as the YAML that follows a list item's ``-`` whose content sits at ``indent``."""
-    if isinstance(value, dict) and value:
-        (first, head), *rest = value.items()
-        pad = " " * indent
-        return f" {yaml_key(first)}:{yaml_block(head, indent + 2)}" + "".join(
-            f"\n{pad}{yaml_key(k)}:{yaml_block(v, indent + 2)}" for k, v in rest)
-    return yaml_block(value, indent)
+    text = yaml.dump(value, Dumper=_dumper(), allow_unicode=True, sort_keys=False, width=float("inf"),
+                     default_flow_style=False)
+    if not isinstance(value, (dict, list, tuple)) or not value:
+        return " " + text.removesuffix("\n...\n").rstrip("\n")
+    return "\n" + "\n".join(" " * indent + line for line in text.rstrip("\n").split("\n"))
 
 
 def _environment():
@@ -179,11 +202,13 @@ def _environment():
         autoescape=False,
         bytecode_cache=cache,
     )
-    env.filters["block"] = yaml_block
-    env.filters["item"] = yaml_item
+    env.filters["yaml"] = yaml_value
     return env
 
 
-def render_text(data: dict[str, Any], options: RenderOptions) -> str:
+def render_text(matrix: Matrix, steps: list[Step], options: RenderOptions) -> str:
     template = _environment().get_template(FORMATS[options.format])
-    return template.render(header=header(options), data=data)
+    if options.format == "test-area":
+        return template.render(header=header(options), area=test_area_data(matrix, steps))
+    return template.render(header=header(options), steps=native_steps(matrix, steps, options.gated),
+                           automatic_retry=AUTOMATIC_RETRY)

@@ -33,7 +33,7 @@ def build(text: str, fmt: str, gated: bool = True):
     steps = expand(matrix, doc.error, fmt)
     options = RenderOptions(fmt, gated=gated)
     data = output_data(matrix, steps, options)
-    return render_text(data, options), data, matrix
+    return render_text(matrix, steps, options), data, matrix
 
 
 def unescape(value):
