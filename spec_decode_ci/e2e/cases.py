@@ -12,6 +12,7 @@ from typing import Any
 from spec_decode_ci import compat
 from spec_decode_ci.generator.load import join, read_document
 from spec_decode_ci.generator.readers import Section, boolean, integer, number, one_of, section, text, text_list
+from spec_decode_ci.e2e.tiny_models import HEAD_WRITERS
 from spec_decode_ci.tiny_configs import FAMILIES
 
 CONFIG_PATH = Path(__file__).resolve().parent / "cases.yaml"
@@ -93,15 +94,8 @@ class SuiteConfig:
     prompts: tuple[str, ...]
     suites: dict[str, tuple[Case, ...]]
     tiny_models: dict[str, str]  # name -> family: hand-built models written on the machine before the run
-    tiny_eagle3_heads: dict[str, str]  # name -> the tiny model it drafts for: hand-built EAGLE-3 heads
-    tiny_eagle1_heads: dict[str, str] = dataclasses.field(default_factory=dict)  # the same for EAGLE-1 heads
-    tiny_speculators: dict[str, str] = dataclasses.field(default_factory=dict)  # speculators-format checkpoints
-
-    @property
-    def tiny_heads(self) -> dict[str, dict[str, str]]:
-        """The tiny drafters by kind (``tiny_models.HEAD_WRITERS``): {head name: its target's name}."""
-        return {"eagle3": self.tiny_eagle3_heads, "eagle1": self.tiny_eagle1_heads,
-                "speculators": self.tiny_speculators}
+    # The hand-built tiny drafters by kind (``tiny_models.HEAD_WRITERS``): {head name: the tiny model it drafts for}.
+    tiny_heads: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def cases(self, suite: str) -> tuple[Case, ...]:
         return self.suites.get(suite, ())
@@ -197,17 +191,14 @@ def parse(path: Path) -> SuiteConfig:
     tiny_models = _names(top, "tiny_models", "tiny models by name", one_of(FAMILIES))
     heads: dict[str, dict[str, str]] = {}
     taken = set(tiny_models)  # names given so far
-    for key, what in (("tiny_eagle3_heads", "tiny EAGLE-3 heads by name"),
-                      ("tiny_eagle1_heads", "tiny EAGLE-1 heads by name"),
-                      ("tiny_speculators", "tiny speculators-format checkpoints by name")):
-        heads[key] = _names(top, key, what, one_of(tuple(tiny_models)))
-        for name in heads[key]:
+    for kind, head in HEAD_WRITERS.items():
+        heads[kind] = _names(top, head.section, head.what, one_of(tuple(tiny_models)))
+        for name in heads[kind]:
             if name in taken:
-                raise doc.error(f"{key}.{name}", "expected a name not used for another tiny model")
-        taken.update(heads[key])
+                raise doc.error(f"{head.section}.{name}", "expected a name not used for another tiny model")
+        taken.update(heads[kind])
     top.finish()
-    return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models, heads["tiny_eagle3_heads"],
-                       heads["tiny_eagle1_heads"], heads["tiny_speculators"])
+    return SuiteConfig(settings, max_tokens, prompts, suites, tiny_models, heads)
 
 
 @lru_cache(maxsize=None)

@@ -8,7 +8,9 @@ every greedy choice and proposal is known from the weights (the rule, see ``FACT
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from spec_decode_ci.tiny_configs import (
     _FAMILIES, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, ROPE_THETA, VOCAB, base_config, write_config, write_target,
@@ -340,13 +342,27 @@ def _save_bf16(weights: dict[str, "torch.Tensor"], directory: Path,
 SPECULATORS_TOKENS = 3  # the proposal count a tiny speculators checkpoint names (a case may set its own)
 
 # kind -> (head with weights, config only); each takes (directory, its target's directory, the target's family)
+@dataclass(frozen=True)
+class HeadKind:
+    """A kind of tiny drafter: the section of the cases file that names its heads, and its writers (weights and
+    config; config only), each (directory, its target's directory, the target's family) -> the directory."""
+
+    section: str
+    what: str
+    weights: Callable[[Path, Path, str], Path]
+    config: Callable[[Path, Path, str], Path]
+
+
 HEAD_WRITERS = {
-    "eagle3": (lambda d, target, family: write_eagle3_weights(d, target),
-               lambda d, target, family: write_eagle3_head(d, aux_layer_ids=EAGLE3_AUX_LAYERS)),
-    "eagle1": (lambda d, target, family: write_eagle1_weights(d),
-               lambda d, target, family: write_eagle1_head(d)),
-    "speculators": (lambda d, target, family: write_speculators_weights(d, target, family, SPECULATORS_TOKENS),
-                    lambda d, target, family: write_speculators_head(d, target, family, SPECULATORS_TOKENS)),
+    "eagle3": HeadKind("tiny_eagle3_heads", "tiny EAGLE-3 heads by name",
+                       lambda d, target, family: write_eagle3_weights(d, target),
+                       lambda d, target, family: write_eagle3_head(d, aux_layer_ids=EAGLE3_AUX_LAYERS)),
+    "eagle1": HeadKind("tiny_eagle1_heads", "tiny EAGLE-1 heads by name",
+                       lambda d, target, family: write_eagle1_weights(d),
+                       lambda d, target, family: write_eagle1_head(d)),
+    "speculators": HeadKind("tiny_speculators", "tiny speculators-format checkpoints by name",
+                            lambda d, target, family: write_speculators_weights(d, target, family, SPECULATORS_TOKENS),
+                            lambda d, target, family: write_speculators_head(d, target, family, SPECULATORS_TOKENS)),
 }
 
 
@@ -359,7 +375,7 @@ def write_tiny_models(root: Path, targets: dict[str, str], heads: dict[str, dict
     written = {name: write_weights(root / name, family) if weights else write_target(root / name, family)
                for name, family in targets.items()}
     for kind, named in heads.items():
-        write = HEAD_WRITERS[kind][0 if weights else 1]
+        write = HEAD_WRITERS[kind].weights if weights else HEAD_WRITERS[kind].config
         for name, target in named.items():
             written[name] = write(root / name, written[target], targets[target])
     return {name: str(path) for name, path in written.items()}

@@ -98,7 +98,7 @@ def _value_through_head(layer: dict, prefix: str, head: int, normed_embedding):
     return layer[prefix + "self_attn.o_proj.weight"].float()[:, head * HEAD_DIM:(head + 1) * HEAD_DIM] @ value
 
 
-@pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_eagle1_heads.items()))
+@pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_heads["eagle1"].items()))
 def test_eagle1_head_proposes_by_the_rule_and_depends_on_position(tmp_path, head, target):
     """The EAGLE-1 head run as transformers' Llama layer over its own sequence (position t holds token t+1, its
     input fc(embed[t+1]); the target's LM head) proposes the rule's choice at every position, so every later
@@ -139,7 +139,7 @@ def test_eagle1_head_proposes_by_the_rule_and_depends_on_position(tmp_path, head
     assert late_right < total // 2, f"second proposals one position late still right on {late_right}/{total} steps"
 
 
-@pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_eagle3_heads.items()))
+@pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_heads["eagle3"].items()))
 def test_eagle3_first_proposal_is_the_rules_choice(tmp_path, head, target):
     """The head's first proposal read off its weights (fc of aux state 0, the target's embedding of token t;
     head 1 copying token t+1's first factor at its peak; the MLP nothing) is the rule's choice after
@@ -215,7 +215,7 @@ def vllm_model_on_cpu(vllm_config, model_config, tmp_path):
 TRITON_ATTENTION_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
 
 
-@pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_speculators.items()))
+@pytest.mark.parametrize("head,target", sorted(SMOKE.tiny_heads["speculators"].items()))
 def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, target):
     """vLLM reads the tiny speculators checkpoint through its speculators config path (the smoke case's engine
     arguments), its own EAGLE-3 class loads every weight (none left unset), and that model's
