@@ -86,7 +86,7 @@ def main() -> None:
 
     print(f"import vllm: {time.perf_counter() - start:6.1f} s")
     from spec_decode_ci.e2e import cases
-    from spec_decode_ci.e2e.checks import resolve
+    from spec_decode_ci.e2e.case_runs import resolve
     from spec_decode_ci.e2e.runner import _free_gpu_memory, prompts
     from spec_decode_ci.stack_sampler import report, sampled
 

@@ -234,7 +234,7 @@ def e2e_config(pytest_config):
         from pathlib import Path
 
         from spec_decode_ci.e2e import cases
-        from spec_decode_ci.e2e.checks import resolve
+        from spec_decode_ci.e2e.case_runs import resolve
 
         root = Path(tempfile.mkdtemp(prefix="spec-decode-ci-tiny-models-"))
         pytest_config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
@@ -246,7 +246,7 @@ def e2e_config(pytest_config):
 def runs(request):
     """The engine runs of the e2e suites of this pytest run: a speculative engine per case, a baseline per
     target (``CaseRuns``)."""
-    from spec_decode_ci.e2e.checks import CaseRuns
+    from spec_decode_ci.e2e.case_runs import CaseRuns
 
     return CaseRuns(e2e_config(request.config))
 

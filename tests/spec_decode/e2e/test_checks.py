@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from spec_decode_ci.e2e import cases, checks
+from spec_decode_ci.e2e import case_runs, cases, checks
 from spec_decode_ci.e2e.runner import BuildLog, Run
 
 from . import e2e_suites
@@ -57,11 +57,11 @@ def test_cases_with_one_target_share_its_baseline_run(monkeypatch):
     target alone once, and each speculative engine once, however often the checks ask."""
     smoke = SMOKE
     started = []
-    monkeypatch.setattr(checks, "run_case", lambda config, case, spec: started.append((case.id, spec)) or
+    monkeypatch.setattr(case_runs, "run_case", lambda config, case, spec: started.append((case.id, spec)) or
                         run_with({}))
-    monkeypatch.setattr(checks, "missing_weights", lambda case: None)
+    monkeypatch.setattr(case_runs, "missing_weights", lambda case: None)
     monkeypatch.setattr("spec_decode_ci.capabilities.missing", lambda requires: None)
-    runs = checks.CaseRuns(smoke)
+    runs = case_runs.CaseRuns(smoke)
     every_case = [c for s in smoke.suites for c in smoke.cases(s)]
     for _ in range(2):
         for case in every_case:
@@ -77,12 +77,12 @@ def test_a_run_stopped_by_the_sync_check_fails_every_check_that_asks_for_it(monk
     from spec_decode_ci.sync import SyncSite
 
     site = SyncSite("vllm.v1.worker.gpu.spec_decode.eagle", 158, "propose", "int(last_sampled[0].item())")
-    monkeypatch.setattr(checks, "run_case", lambda config, case, spec: Run([], BuildLog(), {}, 1.0,
+    monkeypatch.setattr(case_runs, "run_case", lambda config, case, spec: Run([], BuildLog(), {}, 1.0,
                                                                            stopped_at_sync=site))
-    monkeypatch.setattr(checks, "missing_weights", lambda case: None)
-    monkeypatch.setattr(checks, "not_served", lambda config, case: None)
+    monkeypatch.setattr(case_runs, "missing_weights", lambda case: None)
+    monkeypatch.setattr(case_runs, "not_served", lambda config, case: None)
     monkeypatch.setattr("spec_decode_ci.capabilities.missing", lambda requires: None)
-    runs = checks.CaseRuns(SMOKE)
+    runs = case_runs.CaseRuns(SMOKE)
     for _ in range(2):  # the cached run too
         with pytest.raises(AssertionError, match=r"stopped the speculative run .*eagle.py:158 in propose"):
             checks.check_step_syncs(runs, SMOKE.cases("eagle")[0], ignore)

@@ -1,0 +1,75 @@
+"""Whether a case can run here and its engine runs, run once each: the machine's capabilities, the weights it
+can load, the runner vLLM serves it on (skips with the reason), the tiny models written for it, and the run cache
+the checks read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
+from spec_decode_ci.e2e.runner import Run, run_case
+from spec_decode_ci.e2e.runner_choice import not_served
+
+
+def missing_weights(case: Case) -> str | None:
+    """Why the case's checkpoints cannot be loaded here: not in the local HF cache and no hub to fetch from."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    missing = [repo for repo in case.checkpoints
+               if os.path.isdir(repo) is False and not isinstance(try_to_load_from_cache(repo, "config.json"), str)]
+    if not missing:
+        return None
+    if constants.HF_HUB_OFFLINE:
+        return f"weights not in the local cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set: {missing}"
+    try:
+        from huggingface_hub import HfApi
+
+        for repo in missing:
+            HfApi().model_info(repo, timeout=10)
+    except Exception as exc:  # no network, no access (gated model without a token), no such repo
+        return f"weights of {missing} not cached under {constants.HF_HUB_CACHE} and not reachable: " \
+               f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return None
+
+
+def resolve(config: SuiteConfig, tiny_model_root: Path) -> SuiteConfig:
+    """The configuration as this machine runs it: tiny models written under ``tiny_model_root`` (hand-built
+    stand-ins, named in the config instead of hub ids) where the machine can run the cases; else unchanged."""
+    from spec_decode_ci import capabilities
+
+    if not config.tiny_models or capabilities.missing(config.engine.requires):
+        return config
+    from spec_decode_ci.e2e.tiny_models import write_tiny_models
+
+    return config.with_models(write_tiny_models(tiny_model_root, config.tiny_models, config.tiny_heads,
+                                                weights=True))
+
+
+class CaseRuns:
+    """The engine runs of the cases of a resolved configuration: one per distinct set of engine arguments, so
+    cases with the same target share its baseline (the target alone), and each speculative engine runs once."""
+
+    def __init__(self, config: SuiteConfig):
+        from spec_decode_ci import capabilities
+
+        reason = capabilities.missing(config.engine.requires)
+        if reason:
+            pytest.skip(reason)
+        self.config = config
+        self._runs: dict[str, Run] = {}
+
+    def get(self, case: Case, speculative: bool) -> Run:
+        key = repr(engine_kwargs(self.config, case, speculative))
+        if key not in self._runs:
+            reason = missing_weights(case) or not_served(self.config, case)
+            if reason:
+                pytest.skip(reason)
+            self._runs[key] = run_case(self.config, case, speculative)
+        run = self._runs[key]
+        assert run.stopped_at_sync is None, (
+            f"vLLM's own sync check (error mode) stopped the {'speculative' if speculative else 'target-alone'} "
+            f"run at a host sync in the step: {run.stopped_at_sync}")
+        return run
