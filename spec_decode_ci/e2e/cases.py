@@ -21,6 +21,10 @@ SMOKE_CONFIG_PATH = CONFIG_PATH.with_name("cases.h200_smoke.yaml")  # tiny model
 # name of a configuration shipped beside cases.yaml.
 CONFIG_ENV = "SPEC_DECODE_E2E_CONFIG"
 METHODS = ("eagle", "eagle3", "mtp", "draft_model")
+# The prompts a case runs: the configuration's (its `prompts` and `sampling`), or vLLM's acceptance-length
+# prompts (tests/v1/spec_decode/test_acceptance_length.py: MT-Bench, 80 prompts, 256 output tokens, EOS honoured),
+# which vLLM's per-position reference values are measured on.
+PROMPT_SETS = ("config", "mt_bench")
 
 
 fraction = number(0, 1)
@@ -74,6 +78,9 @@ class Case:
     # models) or a reference run (real checkpoints) predicts it; None: not predicted.
     acceptance_per_position: tuple[float, ...] | None = None
     acceptance_per_position_tolerance: float = 0.0  # 0: exactly, in accepted drafts per position
+    # One-sided, relative (as vLLM's acceptance-length test): each position at least reference x (1 - rtol).
+    acceptance_per_position_rtol: float | None = None
+    prompt_set: str = "config"  # PROMPT_SETS
 
     @property
     def acceptance_length_floor(self) -> float:
@@ -127,8 +134,17 @@ def _parse_case(doc, path: str, suite: str) -> Case:
         min_acceptance_rate=r.get("min_acceptance_rate", fraction),
         acceptance_per_position=r.get("acceptance_per_position", fractions),
         acceptance_per_position_tolerance=r.get("acceptance_per_position_tolerance", fraction, 0.0),
+        acceptance_per_position_rtol=r.get("acceptance_per_position_rtol", fraction),
+        prompt_set=r.get("prompt_set", one_of(PROMPT_SETS), "config"),
     )
     r.finish()
+    if case.acceptance_per_position_rtol is not None:
+        if case.acceptance_per_position is None:
+            raise doc.error(join(path, "acceptance_per_position_rtol"),
+                            "expected acceptance_per_position beside it (the reference values it applies to)")
+        if "acceptance_per_position_tolerance" in r.data:
+            raise doc.error(join(path, "acceptance_per_position_rtol"), "expected it or "
+                            "acceptance_per_position_tolerance, not both (a relative floor or an absolute band)")
     predicted = case.acceptance_per_position
     if predicted is not None and len(predicted) != case.num_speculative_tokens:
         raise doc.error(join(path, "acceptance_per_position"), f"expected {case.num_speculative_tokens} fractions (one "

@@ -117,20 +117,27 @@ def check_acceptance(runs: CaseRuns, case: Case, record_property) -> None:
 
 def acceptance_off_prediction(case: Case, run: Run) -> str | None:
     """Where vLLM's accepted drafts per position leave the case's prediction (beyond its tolerance; with none,
-    by a single draft), or None."""
+    by a single draft), or fall below its reference by more than its one-sided relative tolerance; or None."""
     predicted = case.acceptance_per_position
     drafts = run.counters.get("vllm:spec_decode_num_drafts", 0)
     measured = run.accepted_per_position
     if len(measured) != len(predicted):
         return (f"vLLM counted accepted drafts at {len(measured)} positions ({measured}); the case predicts "
                 f"{len(predicted)} (num_speculative_tokens {case.num_speculative_tokens})")
-    allowed = max(case.acceptance_per_position_tolerance * drafts, 0.5)
-    off = [f"position {i}: {n} of {drafts} drafting steps accepted ({n / drafts:.3f}), predicted {want}"
-           for i, (n, want) in enumerate(zip(measured, predicted)) if abs(n - want * drafts) > allowed]
+    rtol = case.acceptance_per_position_rtol
+    if rtol is not None:
+        off = [f"position {i}: {n / drafts:.4f} of {drafts} drafting steps accepted, reference {want}, at least "
+               f"{want * (1 - rtol):.4f}" for i, (n, want) in enumerate(zip(measured, predicted))
+               if want > 0 and n < want * (1 - rtol) * drafts]
+        tolerance = f"one-sided rtol {rtol}"
+    else:
+        allowed = max(case.acceptance_per_position_tolerance * drafts, 0.5)
+        off = [f"position {i}: {n} of {drafts} drafting steps accepted ({n / drafts:.3f}), predicted {want}"
+               for i, (n, want) in enumerate(zip(measured, predicted)) if abs(n - want * drafts) > allowed]
+        tolerance = f"tolerance {case.acceptance_per_position_tolerance}"
     if not off:
         return None
-    return (f"acceptance per draft position off the prediction (tolerance {case.acceptance_per_position_tolerance})"
-            f": " + "; ".join(off))
+    return f"acceptance per draft position off the prediction ({tolerance}): " + "; ".join(off)
 
 
 def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None:

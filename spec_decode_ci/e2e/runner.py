@@ -14,7 +14,7 @@ import os
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 from unittest import mock
 
 from spec_decode_ci import compat
@@ -119,6 +119,38 @@ def prompts(config: SuiteConfig) -> list:
     return [TokensPrompt(prompt_token_ids=[3 + b % 1000 for b in p.encode()]) for p in config.prompts]
 
 
+# vLLM's acceptance-length prompts (tests/v1/spec_decode/test_acceptance_length.py), on which its reference values
+# per draft position are measured.
+MT_BENCH = {"dataset_path": "philschmid/mt-bench", "num_prompts": 80, "seed": 42, "output_len": 256}
+
+
+def mt_bench_prompts(tokenizer) -> list:
+    """MT-Bench's prompts as vLLM's acceptance-length test makes them: vLLM's own benchmark loader, its chat
+    template applied, as token ids."""
+    from types import SimpleNamespace
+
+    from vllm.benchmarks.datasets import get_samples
+    from vllm.inputs import TokensPrompt
+
+    n = MT_BENCH["output_len"]
+    args = SimpleNamespace(
+        dataset_name="hf", dataset_path=MT_BENCH["dataset_path"], num_prompts=MT_BENCH["num_prompts"],
+        seed=MT_BENCH["seed"], no_oversample=False, endpoint_type="openai-chat", input_len=None, output_len=n,
+        sharegpt_output_len=n, hf_name=None, hf_split="train", hf_subset=None, hf_output_len=n, no_stream=True,
+        disable_shuffle=False, skip_chat_template=False, trust_remote_code=False, enable_multimodal_chat=False,
+        request_id_prefix="")
+    return [TokensPrompt(prompt_token_ids=tokenizer.encode(sample.prompt, add_special_tokens=False))
+            for sample in get_samples(args, tokenizer)]
+
+
+def case_prompts(config: SuiteConfig, case: Case, llm) -> tuple[list, dict[str, Any]]:
+    """The prompts ``case`` runs and its sampling (beside greedy): the configuration's, or vLLM's
+    acceptance-length prompts with their output length and EOS honoured."""
+    if case.prompt_set == "mt_bench":
+        return mt_bench_prompts(llm.get_tokenizer()), {"max_tokens": MT_BENCH["output_len"], "ignore_eos": False}
+    return prompts(config), {"max_tokens": config.max_tokens, "ignore_eos": True}
+
+
 def attention_backends_of(worker) -> dict[str, str]:
     """On a worker: the attention backend of every layer it runs, the drafter's included (its attention groups)."""
     return {layer: group.backend.get_name() for groups in worker.model_runner.attn_groups for group in groups
@@ -170,25 +202,23 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
         started = time.perf_counter() - start
         stack.enter_context(observed_steps(steps))  # the steps of generate(), not the engine's warm-up
         tokens_only = config.engine.skip_tokenizer_init
-        params = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, ignore_eos=True,
-                                detokenize=not tokens_only)
-        stopped = None
+        inputs, sampling = case_prompts(config, case, llm)
+        params = SamplingParams(temperature=0.0, detokenize=not tokens_only, **sampling)
+        stopped, outputs = None, []
         try:
-            outputs = llm.generate(prompts(config), params, use_tqdm=False)
+            outputs = llm.generate(inputs, params, use_tqdm=False)
         except RuntimeError as error:
-            stopped = refused_sync_site(error)
+            stopped = refused_sync_site(error)  # the engine stopped mid-step: a finding, not a crash
             if stopped is None:
                 raise
-        if stopped is not None:  # the engine stopped mid-step; the next engine of the module needs its memory
-            del llm
-            _free_gpu_memory()
-            return Run([], log, {}, time.perf_counter() - start, steps=steps, start_s=started,
-                       runner_log=runner_logged, stopped_at_sync=stopped)
-        counters, per_position = _counters(llm) if speculative else ({}, [])
-        backends = {k: v for worker in llm.collective_rpc(attention_backends_of) for k, v in worker.items()}
-        runner = compat.runner_name(llm.collective_rpc(model_runner_of)[0])
+        counters, per_position, backends, runner = {}, [], {}, None
+        if stopped is None:
+            counters, per_position = _counters(llm) if speculative else ({}, [])
+            backends = {k: v for worker in llm.collective_rpc(attention_backends_of) for k, v in worker.items()}
+            runner = compat.runner_name(llm.collective_rpc(model_runner_of)[0])
     wall = time.perf_counter() - start
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     del llm, outputs
     _free_gpu_memory()  # the next engine of the module needs the memory
-    return Run(token_ids, log, counters, wall, backends, steps, started, runner, per_position, runner_logged)
+    return Run(token_ids, log, counters, wall, backends, steps, started, runner, per_position, runner_logged,
+               stopped_at_sync=stopped)

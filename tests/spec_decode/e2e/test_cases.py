@@ -52,7 +52,27 @@ def unknown_family(data):
     data["tiny_models"]["tiny-llama"] = "gpt2"
 
 
+def rtol_without_reference(data):
+    case = data["suites"]["eagle"][0]
+    case.pop("acceptance_per_position", None)
+    case.pop("acceptance_per_position_tolerance", None)
+    case["acceptance_per_position_rtol"] = 0.05
+
+
+def rtol_and_tolerance(data):
+    case = data["suites"]["eagle"][0]
+    case.update(acceptance_per_position=[1.0, 0.0, 0.0], acceptance_per_position_tolerance=0.1,
+                acceptance_per_position_rtol=0.05)
+
+
+def unknown_prompt_set(data):
+    data["suites"]["eagle"][0]["prompt_set"] = "sharegpt"
+
+
 @pytest.mark.parametrize("edit,path,expected", [
+    (rtol_without_reference, "suites.eagle.0.acceptance_per_position_rtol", "expected acceptance_per_position"),
+    (rtol_and_tolerance, "suites.eagle.0.acceptance_per_position_rtol", "not both"),
+    (unknown_prompt_set, "suites.eagle.0.prompt_set", "expected one of"),
     (head_of_unknown_model, "tiny_eagle3_heads.tiny-llama-eagle3", "expected one of"),
     (head_named_like_a_target, "tiny_eagle3_heads.tiny-llama", "not used for another tiny model"),
     (speculators_named_like_an_eagle3_head, "tiny_speculators.tiny-llama-eagle3", "not used for another tiny model"),
@@ -66,3 +86,13 @@ def test_bad_config_is_a_located_error(tmp_path, edit, path, expected):
     error = raised.value
     assert error.file.endswith("config.yaml") and error.line is not None
     assert error.path == path and expected in error.message, str(error)
+
+
+def test_vllms_acceptance_references_are_cases_on_its_prompts():
+    """The nightly's real EAGLE-3 cases of vLLM's acceptance-length test run on its prompts (MT-Bench) with its
+    per-position references and one-sided tolerance."""
+    references = {c.draft: c for c in cases.parse(cases.CONFIG_PATH).cases("eagle") if c.prompt_set == "mt_bench"}
+    assert references["RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"].acceptance_per_position == (
+        0.7296, 0.5208, 0.3545)
+    assert references["RedHatAI/Qwen3-8B-speculator.eagle3"].acceptance_per_position == (0.6541, 0.3993, 0.2020)
+    assert {(c.num_speculative_tokens, c.acceptance_per_position_rtol) for c in references.values()} == {(3, 0.05)}

@@ -142,3 +142,21 @@ def test_a_greedy_divergence_names_prompt_token_and_which_run_left_the_rule(hand
     with pytest.raises(AssertionError, match=r"prompt 0 from generated token 1: speculative \[9\], target alone "
                                              r"\[2\]$"):
         check([[1, 2]] * len(SMOKE.prompts), [[1, 9]] * len(SMOKE.prompts), SMOKE, SMOKE.cases("draft_model")[0])
+
+
+def test_acceptance_below_its_reference_by_more_than_the_relative_tolerance_is_red():
+    """A one-sided relative tolerance (vLLM's acceptance-length check): each position at least its reference
+    less rtol; above the reference by any amount is green."""
+    import dataclasses
+
+    case = dataclasses.replace(SMOKE.cases("eagle")[0], acceptance_per_position=(0.7, 0.5, 0.3),
+                               acceptance_per_position_rtol=0.05, acceptance_per_position_tolerance=0.0)
+
+    def off(accepted):
+        return checks.acceptance_off_prediction(case, Run([], BuildLog(), {"vllm:spec_decode_num_drafts": 1000}, 1.0,
+                                                         accepted_per_position=accepted))
+
+    assert off([665, 475, 285]) is None  # each exactly at its floor
+    assert off([1000, 1000, 1000]) is None
+    message = off([665, 474, 285])
+    assert message and "position 1: 0.4740" in message and "at least 0.4750" in message and "position 0" not in message
