@@ -209,6 +209,8 @@ def _environment():
 def render_text(matrix: Matrix, steps: list[Step], options: RenderOptions) -> str:
     template = _environment().get_template(FORMATS[options.format])
     if options.format == "test-area":
-        return template.render(header=header(options), area=test_area_data(matrix, steps))
+        area = test_area_data(matrix, steps)
+        ours = [step.suite is not None for step in steps]  # the harness's steps: laid out by the template
+        return template.render(header=header(options), area=area, ours=ours)
     return template.render(header=header(options), steps=native_steps(matrix, steps, options.gated),
                            automatic_retry=AUTOMATIC_RETRY)
