@@ -35,6 +35,16 @@ def missing_weights(case: Case) -> str | None:
     return None
 
 
+def missing_prompts(case: Case) -> str | None:
+    """Why the case's prompts cannot be made here: vLLM's benchmark datasets (MT-Bench) need ``datasets``."""
+    import importlib.util
+
+    if case.prompt_set == "mt_bench" and importlib.util.find_spec("datasets") is None:
+        return "vLLM's acceptance-length prompts (MT-Bench) are read by vLLM's benchmark loader, which needs the " \
+               "`datasets` package (vllm[bench]); it is not installed"
+    return None
+
+
 def resolve(config: SuiteConfig, tiny_model_root: Path) -> SuiteConfig:
     """The configuration as this machine runs it: tiny models written under ``tiny_model_root`` (hand-built
     stand-ins, named in the config instead of hub ids) where the machine can run the cases; else unchanged."""
@@ -64,7 +74,7 @@ class CaseRuns:
     def get(self, case: Case, speculative: bool) -> Run:
         key = repr(engine_kwargs(self.config, case, speculative))
         if key not in self._runs:
-            reason = missing_weights(case) or not_served(self.config, case)
+            reason = missing_weights(case) or missing_prompts(case) or not_served(self.config, case)
             if reason:
                 pytest.skip(reason)
             self._runs[key] = run_case(self.config, case, speculative)

@@ -125,15 +125,18 @@ MT_BENCH = {"dataset_path": "philschmid/mt-bench", "num_prompts": 80, "seed": 42
 
 
 def mt_bench_prompts(tokenizer) -> list:
-    """MT-Bench's prompts as vLLM's acceptance-length test makes them: vLLM's own benchmark loader, its chat
-    template applied, as token ids."""
-    from types import SimpleNamespace
+    """MT-Bench's prompts as vLLM's acceptance-length test makes them: vLLM's own benchmark loader (every argument
+    at this vLLM's default, then the test's), its chat template applied, as token ids."""
+    import argparse
 
-    from vllm.benchmarks.datasets import get_samples
+    from vllm.benchmarks.datasets import add_dataset_parser, get_samples
     from vllm.inputs import TokensPrompt
 
+    parser = argparse.ArgumentParser(add_help=False)
+    add_dataset_parser(parser)
+    args = parser.parse_args([])
     n = MT_BENCH["output_len"]
-    args = SimpleNamespace(
+    vars(args).update(
         dataset_name="hf", dataset_path=MT_BENCH["dataset_path"], num_prompts=MT_BENCH["num_prompts"],
         seed=MT_BENCH["seed"], no_oversample=False, endpoint_type="openai-chat", input_len=None, output_len=n,
         sharegpt_output_len=n, hf_name=None, hf_split="train", hf_subset=None, hf_output_len=n, no_stream=True,

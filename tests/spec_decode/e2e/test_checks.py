@@ -160,3 +160,17 @@ def test_acceptance_below_its_reference_by_more_than_the_relative_tolerance_is_r
     assert off([1000, 1000, 1000]) is None
     message = off([665, 474, 285])
     assert message and "position 1: 0.4740" in message and "at least 0.4750" in message and "position 0" not in message
+
+
+def test_a_case_on_vllms_benchmark_prompts_skips_where_its_loader_cannot_run(monkeypatch):
+    """MT-Bench prompts come from vLLM's benchmark loader, which needs ``datasets``: without it the case skips with
+    that reason; the configuration's own prompts need nothing."""
+    import dataclasses
+    import importlib.util
+
+    case = SMOKE.cases("eagle")[0]
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else
+                        real_find_spec(name, *a))
+    assert case_runs.missing_prompts(case) is None
+    assert "`datasets` package" in case_runs.missing_prompts(dataclasses.replace(case, prompt_set="mt_bench"))
