@@ -111,8 +111,7 @@ def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
 
     nightly = args.nightly or environ.get("NIGHTLY") == "1"
     options = render.RenderOptions(args.format, gated=not (nightly or args.on_demand))
-    data = render.output_data(matrix, steps, options)
-    text = render.render_text(matrix, steps, options)
+    text, data = render.render(matrix, steps, options)
     if args.format == "test-area":
         validate.check_test_area_keys(data, output)
     validate.check_round_trip(text, data, output)

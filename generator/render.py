@@ -1,7 +1,7 @@
 """Stage 4, render: steps -> plain data (dataclasses and the test area's step fields) -> YAML text through a
 Jinja template, which holds the layout; PyYAML writes each value (the ``yaml`` filter).
 
-``validate`` parses the text back and requires it to equal what the data says (``output_data``), so a template
+``validate`` parses the text back and requires it to equal the data ``render`` returns beside it, so a template
 slip or an escaping bug cannot reach a pipeline. Strings are written as they are in the matrix: both outputs go
 through Buildkite's upload, so `$$` in the matrix is a literal `$` at run time there too.
 """
@@ -121,13 +121,6 @@ def buildkite_data(native: list[NativeStep]) -> dict[str, Any]:
     return {"steps": out}
 
 
-def output_data(matrix: Matrix, steps: list[Step], options: RenderOptions) -> dict[str, Any]:
-    """The plain data the output must parse back to."""
-    if options.format == "test-area":
-        return test_area_data(matrix, steps)
-    return buildkite_data(native_steps(matrix, steps, options.gated))
-
-
 # --- the text ------------------------------------------------------------------------------------
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -206,11 +199,15 @@ def _environment():
     return env
 
 
-def render_text(matrix: Matrix, steps: list[Step], options: RenderOptions) -> str:
+def render(matrix: Matrix, steps: list[Step], options: RenderOptions) -> tuple[str, dict[str, Any]]:
+    """(the output's text, the plain data it must parse back to: ``validate.check_round_trip``), the data made once
+    for both."""
     template = _environment().get_template(FORMATS[options.format])
     if options.format == "test-area":
-        area = test_area_data(matrix, steps)
-        ours = [step.suite is not None for step in steps]  # the harness's steps: laid out by the template
-        return template.render(header=header(options), area=area, ours=ours)
-    return template.render(header=header(options), steps=native_steps(matrix, steps, options.gated),
-                           automatic_retry=AUTOMATIC_RETRY)
+        data = test_area_data(matrix, steps)
+        # each step's fields, and whether it is one of the harness's (laid out key by key by the template)
+        area_steps = [(step.suite is not None, fields) for step, fields in zip(steps, data["steps"])]
+        return template.render(header=header(options), area=data, area_steps=area_steps), data
+    native = native_steps(matrix, steps, options.gated)
+    text = template.render(header=header(options), steps=native, automatic_retry=AUTOMATIC_RETRY)
+    return text, buildkite_data(native)

@@ -17,6 +17,7 @@ import dataclasses
 import weakref
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 from unittest import mock
@@ -58,10 +59,8 @@ class NoEmulatedGpu(ValueError):
 def emulated_gpu(device: str, matrix_path: Path | None = None) -> EmulatedGpu:
     """The GPU of hardware-matrix device ``device`` as the tier emulates it: the ``compute_capability`` and
     ``sm_count`` the matrix gives it (the matrix the package carries, unless ``matrix_path``)."""
-    from spec_decode_ci.generator.model import load_matrix
-
     path = matrix_path or Path(__file__).with_name(MATRIX_NAME)
-    devices = load_matrix(path).devices
+    devices = _matrix_devices(path)
     if device not in devices:
         raise NoEmulatedGpu(f"{path}: devices.{device}: expected the device the build-path tier emulates")
     found = devices[device]
@@ -70,6 +69,14 @@ def emulated_gpu(device: str, matrix_path: Path | None = None) -> EmulatedGpu:
             raise NoEmulatedGpu(f"{path}: devices.{device}.{key}: expected it, an emulated GPU of {device} reports it")
     major, minor = found.compute_capability.split(".")
     return EmulatedGpu(capability=(int(major), int(minor)), sm_count=found.sm_count)
+
+
+@lru_cache(maxsize=None)
+def _matrix_devices(path: Path) -> dict:
+    """The devices of the matrix at ``path``, read once however many GPUs are emulated from it."""
+    from spec_decode_ci.generator.model import load_matrix
+
+    return load_matrix(path).devices
 
 
 # The matrix devices whose GPUs the build-path tier emulates: Blackwell, and Hopper (vLLM's TRTLLM-API decodes

@@ -341,7 +341,6 @@ def _save_bf16(weights: dict[str, "torch.Tensor"], directory: Path,
 
 SPECULATORS_TOKENS = 3  # the proposal count a tiny speculators checkpoint names (a case may set its own)
 
-# kind -> (head with weights, config only); each takes (directory, its target's directory, the target's family)
 @dataclass(frozen=True)
 class HeadKind:
     """A kind of tiny drafter: the section of the cases file that names its heads, and its writers (weights and

@@ -157,10 +157,12 @@ class BuildHarness(BuildHarnessBase):
 def make_harness(options: BuilderOptions, gpu: EmulatedGpu) -> BuildHarness:
     """The registered factory (``spec_decode_ci.backends``): on the self-check's regressed copy of vLLM's module
     where ``$SPEC_DECODE_CI_REGRESSION`` asks for one."""
+    import importlib
+
     from spec_decode_ci.backends import BACKENDS
     from spec_decode_ci.buildpath import regressions
 
-    import vllm.v1.attention.backends.flashinfer as module
-
-    copies = regressions.requested(BACKENDS["flashinfer"], module.FlashInferMetadataBuilder)
+    backend = BACKENDS["flashinfer"]
+    builder = importlib.import_module(backend.module).FlashInferMetadataBuilder
+    copies = regressions.requested(backend, builder)
     return BuildHarness(options, gpu, module=copies[0] if copies else None)

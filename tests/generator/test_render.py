@@ -12,7 +12,7 @@ import yaml
 from spec_decode_ci.generator.expand import expand
 from spec_decode_ci.generator.load import parse_text
 from spec_decode_ci.generator.model import parse_matrix
-from spec_decode_ci.generator.render import RenderOptions, output_data, render_text
+from spec_decode_ci.generator.render import RenderOptions, render
 from spec_decode_ci.generator.validate import CI_INFRA_STEP_KEYS, check_round_trip
 from spec_decode_ci import __version__
 from tests.generator import conftest
@@ -32,8 +32,8 @@ def build(text: str, fmt: str, gated: bool = True):
     steps = expand(matrix, doc.error)
     steps = expand(matrix, doc.error, fmt)
     options = RenderOptions(fmt, gated=gated)
-    data = output_data(matrix, steps, options)
-    return render_text(matrix, steps, options), data, matrix
+    text, data = render(matrix, steps, options)
+    return text, data, matrix
 
 
 def unescape(value):
