@@ -55,6 +55,11 @@ class SyncEvent:
     site: str  # "file:line in function" of the innermost frame outside torch and this module
     callers: tuple[str, ...] = ()  # the function names of the frames above it, innermost first
 
+    @property
+    def function(self) -> str:
+        """The function of the innermost frame: the one that made the sync."""
+        return self.site.rsplit(" in ", 1)[-1]
+
     def __str__(self) -> str:
         return f"{self.op} at {self.site}"
 
