@@ -24,7 +24,16 @@ import threading
 import time
 from pathlib import Path
 
-STEP_MARKERS = "build_path or selfcheck or sentinel or e2e_offline"  # the per-change step's (hardware_matrix.yaml)
+PER_CHANGE_SUITE = "build_path"  # the hardware matrix's suite the per-change step runs
+
+
+def step_markers() -> str:
+    """The per-change step's pytest markers, as the hardware matrix the installed package carries gives them."""
+    from spec_decode_ci.generator.names import MATRIX_NAME
+    from spec_decode_ci.generator.model import load_matrix
+    import spec_decode_ci
+
+    return load_matrix(Path(spec_decode_ci.__file__).with_name(MATRIX_NAME)).suites[PER_CHANGE_SUITE].markers
 
 
 class GpuMemoryPeak(threading.Thread):
@@ -71,7 +80,7 @@ def measure(command: list[str], log: Path | None = None) -> tuple[float, int | N
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", nargs="+", default=["0", "auto"], help="pytest-xdist -n values (0: no xdist)")
-    parser.add_argument("--markers", default=STEP_MARKERS)
+    parser.add_argument("--markers", help="pytest -m (default: the per-change step's, from the matrix)")
     parser.add_argument("--whole-suite", action="store_true", help="README's test command instead of the step's")
     parser.add_argument("--log-dir", type=Path, help="keep each run's output there (n<workers>.log)")
     parser.add_argument("--per-regression", action="store_true",
@@ -80,6 +89,7 @@ def main() -> int:
                         help="the step's tests with REGRESSION's copy standing in for a bad commit, stopping at the "
                              "first red test (-x): the seconds until the step is red")
     args = parser.parse_args()
+    args.markers = args.markers or step_markers()
     if args.per_regression:
         return per_regression()
     print(f"{'-n':>6}  {'wall s':>8}  {'GPU MiB peak':>12}  {'host MiB, largest process':>25}  exit  outcome",
