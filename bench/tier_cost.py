@@ -29,11 +29,10 @@ PER_CHANGE_SUITE = "build_path"  # the hardware matrix's suite the per-change st
 
 def step_markers() -> str:
     """The per-change step's pytest markers, as the hardware matrix the installed package carries gives them."""
-    from spec_decode_ci.generator.names import MATRIX_NAME
+    from spec_decode_ci.capabilities import PACKAGED_MATRIX
     from spec_decode_ci.generator.model import load_matrix
-    import spec_decode_ci
 
-    return load_matrix(Path(spec_decode_ci.__file__).with_name(MATRIX_NAME)).suites[PER_CHANGE_SUITE].markers
+    return load_matrix(PACKAGED_MATRIX).suites[PER_CHANGE_SUITE].markers
 
 
 class GpuMemoryPeak(threading.Thread):

@@ -15,6 +15,7 @@ from pathlib import Path
 from spec_decode_ci.generator.names import CAPABILITIES_ENV, DEVICE_ENV, MATRIX_NAME
 
 MATRIX_ENV = "SPEC_DECODE_CI_MATRIX"
+PACKAGED_MATRIX = Path(__file__).with_name(MATRIX_NAME)  # the hardware matrix the package carries
 MEMORY_TOLERANCE = 0.15  # a GPU reports somewhat less memory than its nominal size
 
 

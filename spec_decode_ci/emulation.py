@@ -27,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from spec_decode_ci import compat
 from spec_decode_ci.backends import FLASHINFER_UTILS, vllm_modules
-from spec_decode_ci.generator.names import MATRIX_NAME
+from spec_decode_ci.capabilities import PACKAGED_MATRIX
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class NoEmulatedGpu(ValueError):
 def emulated_gpu(device: str, matrix_path: Path | None = None) -> EmulatedGpu:
     """The GPU of hardware-matrix device ``device`` as the tier emulates it: the ``compute_capability`` and
     ``sm_count`` the matrix gives it (the matrix the package carries, unless ``matrix_path``)."""
-    path = matrix_path or Path(__file__).with_name(MATRIX_NAME)
+    path = matrix_path or PACKAGED_MATRIX
     devices = _matrix_devices(path)
     if device not in devices:
         raise NoEmulatedGpu(f"{path}: devices.{device}: expected the device the build-path tier emulates")
