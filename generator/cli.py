@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from spec_decode_ci.generator.errors import InputError
-from spec_decode_ci.generator.names import MATRIX_NAME
+from spec_decode_ci.generator.names import MATRIX_NAME, matrix_above
 
 TEST_AREA_OUTPUT = Path(".buildkite") / "test_areas" / "spec_decode.yaml"
 EXIT_OK, EXIT_DRIFT, EXIT_BAD_INPUT = 0, 1, 2
@@ -51,10 +51,8 @@ def build_import_parser() -> argparse.ArgumentParser:
 
 
 def find_repo_root(start: Path) -> Path | None:
-    for directory in (start, *start.parents):
-        if (directory / MATRIX_NAME).is_file():
-            return directory
-    return None
+    matrix = matrix_above(start)
+    return matrix.parent if matrix else None
 
 
 def format_table(steps) -> str:

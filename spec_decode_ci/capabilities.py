@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from spec_decode_ci.generator.names import CAPABILITIES_ENV, DEVICE_ENV, MATRIX_NAME
+from spec_decode_ci.generator.names import CAPABILITIES_ENV, DEVICE_ENV, MATRIX_NAME, matrix_above
 
 MATRIX_ENV = "SPEC_DECODE_CI_MATRIX"
 PACKAGED_MATRIX = Path(__file__).with_name(MATRIX_NAME)  # the hardware matrix the package carries
@@ -34,8 +34,7 @@ def find_matrix(start: Path | None = None) -> Path | None:
     named = os.environ.get(MATRIX_ENV)
     if named:
         return Path(named)
-    start = start or Path.cwd()
-    return next((d / MATRIX_NAME for d in (start, *start.parents) if (d / MATRIX_NAME).is_file()), None)
+    return matrix_above(start or Path.cwd())
 
 
 def find_checkout() -> Path | None:
