@@ -89,6 +89,8 @@ def main() -> int:
                              "first red test (-x): the seconds until the step is red")
     args = parser.parse_args()
     args.markers = args.markers or step_markers()
+    if args.log_dir:
+        args.log_dir.mkdir(parents=True, exist_ok=True)  # before the runs, not after the first one's minutes
     if args.per_regression:
         return per_regression()
     print(f"{'-n':>6}  {'wall s':>8}  {'GPU MiB peak':>12}  {'host MiB, largest process':>25}  exit  outcome",

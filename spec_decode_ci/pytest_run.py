@@ -169,20 +169,23 @@ def _fork_server() -> None:
     """The server of ``ForkedPytest``: imports its arguments, then forks one pytest run per request line."""
     import importlib
 
+    # the replies get the pipe to themselves: whatever the imports print or log (vLLM logs to stdout) goes to stderr
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     for name in sys.argv[1:]:
         importlib.import_module(name)
     for line in sys.stdin:
         request = json.loads(line)
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
-            print(json.dumps({"cannot_fork": "CUDA is initialised in the server"}), flush=True)
+            print(json.dumps({"cannot_fork": "CUDA is initialised in the server"}), file=replies, flush=True)
             continue
         pid = os.fork()
         if pid == 0:
             _forked_run(request)
         _, status, usage = os.wait4(pid, 0)
         print(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "max_rss_mib": usage.ru_maxrss // 1024}),
-              flush=True)
+              file=replies, flush=True)
 
 
 def _forked_run(request: dict) -> None:

@@ -101,8 +101,10 @@ _PADDING_RULES = {
             "padded tokens map to PAD_SLOT_ID": r"PAD_ID=PAD_SLOT_ID",
         },
         "vllm.v1.worker.gpu.model_states.default": {
+            # (0.26: a PIECEWISE graph too, under the opt-in VLLM_USE_BREAKABLE_CUDAGRAPH)
             "a FULL graph's attention metadata counts the padded requests and tokens, any other the real ones":
-                r"if cudagraph_mode == CUDAGraphMode\.FULL:[^@]*?num_reqs = input_batch\.num_reqs_after_padding\s*"
+                r"if cudagraph_mode == CUDAGraphMode\.FULL(?: or \([^:]*?\))?:[^@]*?"
+                r"num_reqs = input_batch\.num_reqs_after_padding\s*"
                 r"num_tokens = input_batch\.num_tokens_after_padding\s*else:[^@]*?num_tokens = input_batch\.num_tokens\n",
         },
         "vllm.v1.worker.gpu.cudagraph_utils": {

@@ -122,7 +122,7 @@ def test_host_upper_bound_runs_ahead_of_decodes_only_under_speculation(build_har
     mixed = spec_decode_batch(5, 2, k, 16, seed=3)
     for batch in (mixed, harness.padded(spec_decode_batch(5, 0, k, 16), 7 * (1 + k))):
         common = harness.device_batch(batch).common
-        ahead = (common.seq_lens_cpu_upper_bound - common.seq_lens).tolist()
+        ahead = (common.seq_lens_cpu_upper_bound - common.seq_lens.cpu()).tolist()  # the host bound and the device lens
         assert k > 0 and all(0 <= a <= k for a in ahead[:5]) and any(ahead[:5]), (ahead, batch.describe())
         assert len(ahead) == 5 + 2 * (batch is mixed) + batch.padded_reqs, (ahead, batch.describe())
         assert ahead[5:] == [0] * (len(ahead) - 5), (ahead, batch.describe())  # prefills, padded requests

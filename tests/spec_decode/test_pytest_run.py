@@ -84,3 +84,25 @@ def test_the_tests_closest_to_pr_39546_run_first():
     items = [SimpleNamespace(name=n) for n in names]
     fail_fast_order(items)
     assert [i.name for i in items] == [*sorted(first)[:1], *sorted(first)[1:], "test_a", "test_b", "test_c"]
+
+
+def test_what_the_preloaded_modules_print_does_not_reach_the_replies(tmp_path, monkeypatch):
+    """A preloaded module that prints or logs to stdout (vLLM's logger does, at import and later) leaves the
+    server's replies readable."""
+    (tmp_path / "noisy.py").write_text(textwrap.dedent("""
+        import logging, sys
+        print("printed at import")
+        logging.basicConfig(stream=sys.stdout)
+        logging.getLogger("noisy").warning("logged at import")
+        import os
+        os.write(1, b"written to fd 1\\n")
+    """))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
+    path = tmp_path / "test_forked.py"
+    path.write_text(TESTS)
+    runs = ForkedPytest(preload=("noisy",))
+    try:
+        run = runs.run(str(path), env={"FORKED_VALUE": "1"}, only=("test_sees_its_own_environment",))
+    finally:
+        runs.close()
+    assert run.returncode == 0 and "1 passed, 2 deselected" in run.output, run.tail()
