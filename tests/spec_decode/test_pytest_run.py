@@ -55,18 +55,24 @@ def test_only_runs_the_tests_named(forked, tmp_path):
     assert none.returncode == 5, none.tail()  # pytest's "no tests ran": a must_fail name that matches nothing
 
 
-def test_a_server_with_cuda_initialised_runs_each_in_a_child_process(tmp_path, monkeypatch):
-    """A forked child cannot use a GPU its parent initialised: such a server answers every run with a child
-    process of its own, with the same verdicts and selection."""
-    (tmp_path / "cuda_initialised.py").write_text("import torch\ntorch.cuda.is_initialized = lambda: True\n")
+def run_with_preloaded(tmp_path, monkeypatch, source: str, only: tuple[str, ...]):
+    """One run of TESTS (``only`` those) from a server that preloaded a module of ``source``."""
+    (tmp_path / "preloaded.py").write_text(source)
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
     path = tmp_path / "test_forked.py"
     path.write_text(TESTS)
-    runs = ForkedPytest(preload=("cuda_initialised",))
+    runs = ForkedPytest(preload=("preloaded",))
     try:
-        run = runs.run(str(path), env={"FORKED_VALUE": "1"}, only=("test_sees_its_own_environment", "test_fails"))
+        return runs.run(str(path), env={"FORKED_VALUE": "1"}, only=only)
     finally:
         runs.close()
+
+
+def test_a_server_with_cuda_initialised_runs_each_in_a_child_process(tmp_path, monkeypatch):
+    """A forked child cannot use a GPU its parent initialised: such a server answers every run with a child
+    process of its own, with the same verdicts and selection."""
+    run = run_with_preloaded(tmp_path, monkeypatch, "import torch\ntorch.cuda.is_initialized = lambda: True\n",
+                             ("test_sees_its_own_environment", "test_fails"))
     assert run.red == {"test_fails"} and "1 failed, 1 passed, 1 deselected" in run.output, run.tail()
     assert run.max_rss_mib is None  # a child process's run, not a forked one
 
@@ -89,20 +95,12 @@ def test_the_tests_closest_to_pr_39546_run_first():
 def test_what_the_preloaded_modules_print_does_not_reach_the_replies(tmp_path, monkeypatch):
     """A preloaded module that prints or logs to stdout (vLLM's logger does, at import and later) leaves the
     server's replies readable."""
-    (tmp_path / "noisy.py").write_text(textwrap.dedent("""
+    run = run_with_preloaded(tmp_path, monkeypatch, textwrap.dedent("""
         import logging, sys
         print("printed at import")
         logging.basicConfig(stream=sys.stdout)
         logging.getLogger("noisy").warning("logged at import")
         import os
         os.write(1, b"written to fd 1\\n")
-    """))
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
-    path = tmp_path / "test_forked.py"
-    path.write_text(TESTS)
-    runs = ForkedPytest(preload=("noisy",))
-    try:
-        run = runs.run(str(path), env={"FORKED_VALUE": "1"}, only=("test_sees_its_own_environment",))
-    finally:
-        runs.close()
+    """), ("test_sees_its_own_environment",))
     assert run.returncode == 0 and "1 passed, 2 deselected" in run.output, run.tail()
