@@ -8,6 +8,7 @@ decides whether ``-n`` runs fit the machine) and the run's outcome, once per pyt
     python bench/tier_cost.py --workers 0 2 --whole-suite       # README's test command (from the checkout)
     python bench/tier_cost.py --per-regression                  # what each self-check regression costs
     python bench/tier_cost.py --first-red old_guard --workers 4  # a bad commit: seconds until the step is red
+    python bench/tier_cost.py --workers 4 --per-file             # and the seconds of each test file's tests
 
 Run it from outside the checkout for ``--pyargs`` to use the installed suites, as the CI step does.
 """
@@ -23,6 +24,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from spec_decode_ci.generator.names import XDIST_MODE
 
 PER_CHANGE_SUITE = "build_path"  # the hardware matrix's suite the per-change step runs
 
@@ -59,8 +62,9 @@ LARGEST_PROCESS = ("import resource, subprocess, sys; code = subprocess.call(sys
                    "file=sys.stderr); sys.exit(code)")
 
 
-def measure(command: list[str], log: Path | None = None) -> tuple[float, int | None, int | None, int, str]:
-    """Wall seconds, GPU MiB peak, the largest process's host MiB, exit code and pytest's summary line."""
+def measure(command: list[str], log: Path | None = None) -> tuple[float, int | None, int | None, int, str, str]:
+    """Wall seconds, GPU MiB peak, the largest process's host MiB, exit code, pytest's summary line and its
+    output."""
     sampler = GpuMemoryPeak()
     sampler.start()
     start = time.perf_counter()
@@ -73,7 +77,19 @@ def measure(command: list[str], log: Path | None = None) -> tuple[float, int | N
     largest = re.search(r"largest-process-kib (\d+)", proc.stderr)
     tail = [line for line in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
     return (wall, sampler.peak, int(largest.group(1)) // 1024 if largest else None, proc.returncode,
-            tail[-1] if tail else proc.stdout[-300:])
+            tail[-1] if tail else proc.stdout[-300:], proc.stdout)
+
+
+DURATION_LINE = re.compile(r"^([\d.]+)s (?:setup|call|teardown)\s+(\S+?)::", re.M)  # pytest --durations
+
+
+def seconds_per_file(output: str) -> list[tuple[str, float]]:
+    """The seconds of setup, call and teardown that pytest's ``--durations`` lines give, summed per test file
+    (the worker-seconds under xdist), the costliest first."""
+    per_file: dict[str, float] = {}
+    for seconds, path in DURATION_LINE.findall(output):
+        per_file[path] = per_file.get(path, 0.0) + float(seconds)
+    return sorted(per_file.items(), key=lambda item: -item[1])
 
 
 def main() -> int:
@@ -87,6 +103,8 @@ def main() -> int:
     parser.add_argument("--first-red", metavar="REGRESSION",
                         help="the step's tests with REGRESSION's copy standing in for a bad commit, stopping at the "
                              "first red test (-x): the seconds until the step is red")
+    parser.add_argument("--per-file", action="store_true",
+                        help="after each run, its tests' seconds (0.05 s and more) summed per test file")
     args = parser.parse_args()
     args.markers = args.markers or step_markers()
     if args.log_dir:
@@ -100,12 +118,19 @@ def main() -> int:
         if not args.whole_suite:
             command += ["-p", "spec_decode_ci.pytest_plugin", "-m", args.markers, "--pyargs", "spec_decode_ci.suites"]
         if workers != "0":
-            command += ["-n", workers]
+            command += ["-n", workers, "--dist", XDIST_MODE]  # as the generated steps run it
         if args.first_red:
             command = ["env", f"SPEC_DECODE_CI_REGRESSION={args.first_red}", *command, "-x"]
-        wall, peak, host, code, outcome = measure(command, args.log_dir / f"n{workers}.log" if args.log_dir else None)
+        if args.per_file:
+            command += ["--durations=0", "--durations-min=0.05"]
+        wall, peak, host, code, outcome, output = measure(command, args.log_dir / f"n{workers}.log" if args.log_dir else None)
         print(f"{workers:>6}  {wall:8.1f}  {peak if peak is not None else 'n/a':>12}  "
               f"{host if host is not None else 'n/a':>25}  {code:>4}  {outcome}", flush=True)
+        if args.per_file:
+            files = seconds_per_file(output)
+            print(f"{'':8}worker-seconds per file ({sum(s for _, s in files):.1f} s in all):", flush=True)
+            for path, seconds in files:
+                print(f"{'':8}{seconds:8.1f}  {path}", flush=True)
     return 0
 
 
@@ -131,7 +156,8 @@ def per_regression() -> int:
         run = runs.run(*regression.suites, marker="build_path", env={ENV: name}, only=regression.must_fail)
         total += run.wall_s
         caught = len(set(regression.must_fail) & run.red)
-        print(f"{name:44s} {run.wall_s:7.1f} {run.max_rss_mib:9d}  "
+        peak = run.max_rss_mib if run.max_rss_mib is not None else "n/a"  # a child of its own: not measured
+        print(f"{name:44s} {run.wall_s:7.1f} {peak:>9}  "
               f"{caught} / {len(regression.must_fail)}{'  (control, whole tier: exit ' + str(run.returncode) + ')' if name == 'none' else ''}",
               flush=True)
     runs.close()

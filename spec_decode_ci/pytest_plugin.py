@@ -21,8 +21,12 @@ MARKERS = {
     "e2e": "end-to-end spec decode through vLLM's LLM on a GPU (needs weights or the tiny-model config)",
     "e2e_offline": "builds every e2e engine configuration from tiny local configs, on CPU",
     "packaging": "the installed wheel runs its suites beside a decoy vLLM tests tree (needs vLLM there)",
+    "harness": "the harness's checks of itself on the installed vLLM: its breakage reports, its GPU self-check's "
+               "breaks, its tiny models, its generated steps' collection",
 }
-VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging"}
+VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging", "harness"}
+# The xdist_group of tests that share one server forking child runs from an imported vLLM (XDIST_MODE).
+FORKED_RUNS_GROUP = "forked_pytest_runs"
 # Tests of these markers drive vLLM's FlashInfer backend module (imported before they are collected).
 FLASHINFER_MARKERS = {"build_path", "selfcheck"}
 FLASHINFER_BACKEND = "vllm.v1.attention.backends.flashinfer"

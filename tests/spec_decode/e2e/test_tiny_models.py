@@ -17,7 +17,7 @@ from spec_decode_ci.e2e.checks import weights_continuations
 from spec_decode_ci.e2e.tiny_models import NORMED, target_rule, weights_of, write_weights
 from spec_decode_ci.tiny_configs import HEAD_DIM, HEADS, KV_HEADS
 
-pytestmark = pytest.mark.e2e_offline
+pytestmark = pytest.mark.harness
 SMOKE = cases.load(str(cases.SMOKE_CONFIG_PATH))
 TOKEN_PROMPTS = [p["prompt_token_ids"] for p in prompts(SMOKE)]
 
