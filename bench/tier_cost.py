@@ -25,8 +25,6 @@ import threading
 import time
 from pathlib import Path
 
-from spec_decode_ci.generator.names import XDIST_MODE
-
 PER_CHANGE_SUITE = "build_path"  # the hardware matrix's suite the per-change step runs
 
 
@@ -118,7 +116,7 @@ def main() -> int:
         if not args.whole_suite:
             command += ["-p", "spec_decode_ci.pytest_plugin", "-m", args.markers, "--pyargs", "spec_decode_ci.suites"]
         if workers != "0":
-            command += ["-n", workers, "--dist", XDIST_MODE]  # as the generated steps run it
+            command += ["-n", workers]
         if args.first_red:
             command = ["env", f"SPEC_DECODE_CI_REGRESSION={args.first_red}", *command, "-x"]
         if args.per_file:

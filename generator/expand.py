@@ -14,9 +14,7 @@ from typing import Any, Callable
 from spec_decode_ci.generator.errors import InputError
 from spec_decode_ci.generator.model import VLLM_NIGHTLY, Device, Matrix, Suite
 from spec_decode_ci.generator.steps import BUILDKITE_KEY_RE, AreaStep
-from spec_decode_ci.generator.names import (
-    BASELINE_BUILD_ENV, CAPABILITIES_ENV, DEVICE_ENV, RESULTS_DIR, RESULTS_OPTION, XDIST_MODE,
-)
+from spec_decode_ci.generator.names import BASELINE_BUILD_ENV, CAPABILITIES_ENV, DEVICE_ENV, RESULTS_DIR, RESULTS_OPTION
 from spec_decode_ci.generator.routing import Image, image_for, queue_for
 
 # Buildkite's pipeline schema: keys match BUILDKITE_KEY_RE, are at most 100 characters and must not look like a UUID.
@@ -92,7 +90,7 @@ def pytest_command(suite: Suite, junit_path: str, results_path: str) -> str:
     if suite.markers:
         args += ["-m", suite.markers]
     if suite.workers > 1:
-        args += ["-n", str(suite.workers), "--dist", XDIST_MODE]
+        args += ["-n", str(suite.workers)]
     args += ["--pyargs", *suite.tests, f"--junitxml={junit_path}", f"{RESULTS_OPTION}={results_path}"]
     return shlex.join(args)
 

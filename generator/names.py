@@ -11,10 +11,6 @@ DEVICE_ENV, CAPABILITIES_ENV = "SPEC_DECODE_CI_DEVICE", "SPEC_DECODE_CI_CAPABILI
 BASELINE_BUILD_ENV = "SPEC_DECODE_CI_BASELINE_BUILD"
 RESULTS_OPTION = "--spec-decode-results"  # the harness plugin's pytest option that writes a run's results file
 RESULTS_DIR = "spec-decode-results"  # where suite steps write their results files (spec_decode_ci.results)
-# pytest-xdist's distribution under -n: tests marked with one xdist_group run on one worker, so a costly fixture
-# they share (a server that imported vLLM, the self-check's control run) is made once per run, not once per worker.
-# pyproject.toml's addopts gives README's test command the same.
-XDIST_MODE = "loadgroup"
 
 
 def matrix_above(start: Path) -> Path | None:

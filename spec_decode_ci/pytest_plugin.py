@@ -25,8 +25,6 @@ MARKERS = {
                "breaks, its tiny models, its generated steps' collection",
 }
 VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging", "harness"}
-# The xdist_group of tests that share one server forking child runs from an imported vLLM (XDIST_MODE).
-FORKED_RUNS_GROUP = "forked_pytest_runs"
 # Tests of these markers drive vLLM's FlashInfer backend module (imported before they are collected).
 FLASHINFER_MARKERS = {"build_path", "selfcheck"}
 FLASHINFER_BACKEND = "vllm.v1.attention.backends.flashinfer"

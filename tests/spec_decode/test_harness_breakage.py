@@ -8,11 +8,10 @@ import re
 
 import pytest
 
-from spec_decode_ci.pytest_plugin import FORKED_RUNS_GROUP
 from spec_decode_ci.pytest_run import run_pytest
 from spec_decode_ci.suites.vllm_changes import HIDE_ENV, RENAME_ENV
 
-pytestmark = [pytest.mark.harness, pytest.mark.xdist_group(FORKED_RUNS_GROUP)]
+pytestmark = pytest.mark.harness
 
 
 def run_changed(env: dict[str, str], *modules: str, runs=None, workers: int = 0) -> tuple[int, str]:

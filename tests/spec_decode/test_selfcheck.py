@@ -14,7 +14,7 @@ from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD, patched_back
 from spec_decode_ci.patches import REGRESSIONS
 from spec_decode_ci.pytest_run import ForkedPytest
 
-pytestmark = [pytest.mark.selfcheck, pytest.mark.xdist_group("selfcheck")]  # one worker: one server, one control
+pytestmark = pytest.mark.selfcheck
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,9 @@ from spec_decode_ci.e2e.gpu_breaks import (
 )
 from spec_decode_ci.emulation import emulated_platform
 from spec_decode_ci.patches import PatchDoesNotApply, gpu_break
-from spec_decode_ci.pytest_plugin import FORKED_RUNS_GROUP
 from spec_decode_ci.pytest_run import run_pytest
 
-pytestmark = [pytest.mark.harness, pytest.mark.xdist_group(FORKED_RUNS_GROUP)]
+pytestmark = pytest.mark.harness
 
 
 @pytest.fixture(scope="module")
