@@ -26,7 +26,7 @@ MARKERS = {
 }
 VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging", "harness"}
 # Tests of these markers drive vLLM's FlashInfer backend module (imported before they are collected).
-FLASHINFER_MARKERS = {"build_path", "selfcheck"}
+FLASHINFER_MARKERS = {"build_path", "selfcheck", "harness"}
 FLASHINFER_BACKEND = "vllm.v1.attention.backends.flashinfer"
 BREAKAGE = "harness_breakage"  # user property of a test that ended in compat.MissingVllmField
 

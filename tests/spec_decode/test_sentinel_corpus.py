@@ -37,10 +37,14 @@ def cuda_verdict(snippet: Snippet) -> bool | str:
 
 
 def host_waits(snippet: Snippet, sleep_cycles: int = 500_000_000) -> bool:
-    """Queue a ~1 s GPU spin, run the snippet, and see whether the host call returned only after the spin."""
+    """Queue a ~1 s GPU spin, run the snippet, and see whether the host call returned only after the spin. The
+    snippet runs once before, on inputs of its own: loading a kernel the first time (CUDA's lazy loading) may
+    synchronize the context, which is a wait the op itself does not make (seen under -n 4, where a worker meets a
+    snippet's kernels first in this test)."""
     import time
 
     device = torch.device("cuda")
+    snippet.run(inputs(device, lambda x: x.to(device)))
     t = inputs(device, lambda x: x.to(device))
     torch.cuda.synchronize()
     start = time.perf_counter()
