@@ -138,12 +138,16 @@ def pytest_sessionstart(session):
     if importlib.util.find_spec("vllm") is None:
         return
     markexpr = config.getoption("markexpr", "")
-    if markexpr:
-        from _pytest.mark.expression import Expression
-
-        if not any(Expression.compile(markexpr).evaluate(lambda name, m=m: name == m) for m in FLASHINFER_MARKERS):
-            return
+    if markexpr and not any(selects(markexpr, m) for m in FLASHINFER_MARKERS):
+        return
     _exit_without_flashinfer()
+
+
+def selects(expression: str | None, marker: str) -> bool:
+    """Whether pytest's ``-m expression`` selects a test carrying ``marker`` alone (no expression: every test)."""
+    from _pytest.mark.expression import Expression
+
+    return expression is None or Expression.compile(expression).evaluate(lambda name: name == marker)
 
 
 def _exit_without_flashinfer() -> None:
