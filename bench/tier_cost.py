@@ -143,6 +143,8 @@ def per_regression() -> int:
     runs = ForkedPytest(preload=TIER_PRELOAD)
     runs.run("spec_decode_ci.suites", marker="no_such_marker")  # returns once the server has imported vLLM
     print(f"server import (once per process): {time.perf_counter() - start:.1f} s", flush=True)
+    if runs.left_to_runs:
+        print(f"imported by each run (their import initialises CUDA): {', '.join(runs.left_to_runs)}", flush=True)
     print(f"{'regression':44s} {'wall s':>7s} {'peak MiB':>9s}  red / must turn red", flush=True)
     total = 0.0
     for name, regression in sorted(REGRESSIONS.items(), key=lambda r: r[0] != "none"):

@@ -130,17 +130,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_sessionstart(session):
-    """Under pytest-xdist the controller collects nothing: it checks before starting workers, for runs whose
-    marker expression can select FlashInfer tests."""
+    """Before collection (and before pytest-xdist starts its workers), where the marker expression can select
+    tests that need vLLM: the warm-up of vLLM's model-class facts (``spec_decode_ci.model_info``), ended with the
+    session. Under xdist the controller collects nothing, so it checks for FlashInfer here."""
     config = session.config
-    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
-        return
-    if importlib.util.find_spec("vllm") is None:
+    if hasattr(config, "workerinput") or importlib.util.find_spec("vllm") is None:
         return
     markexpr = config.getoption("markexpr", "")
-    if markexpr and not any(selects(markexpr, m) for m in FLASHINFER_MARKERS):
-        return
-    _exit_without_flashinfer()
+    if getattr(config.option, "numprocesses", None) and (
+            not markexpr or any(selects(markexpr, m) for m in FLASHINFER_MARKERS)):
+        _exit_without_flashinfer()
+    if not markexpr or any(selects(markexpr, m) for m in VLLM_MARKERS):
+        from spec_decode_ci import model_info
+
+        warm_up = model_info.start()
+        if warm_up is not None:
+            config.add_cleanup(lambda: (warm_up.kill(), warm_up.wait()))
 
 
 def selects(expression: str | None, marker: str) -> bool:

@@ -129,13 +129,29 @@ def keep_only_named(config, items) -> None:
 class ForkedPytest:
     """pytest runs, each a fresh session in a child forked from one server process that imported ``preload``
     once (``import vllm`` alone costs about 20 s on a CPU): the runs share the imports and nothing else; each
-    gets this process's environment with its own ``env`` over it. POSIX only (``os.fork``); where the imports
-    initialised CUDA (a GPU machine), every run is a child process of its own instead."""
+    gets this process's environment with its own ``env`` over it. POSIX only (``os.fork``). A forked child cannot
+    use a GPU its parent initialised, so a preload whose import initialises CUDA (FlashInfer's asks for each GPU's
+    capability) is left for each run to import itself (``left_to_runs``); where CUDA is initialised in the server
+    all the same, every run is a child process of its own."""
 
     def __init__(self, preload: tuple[str, ...] = ("vllm",)):
         self._server = subprocess.Popen(
             [sys.executable, "-c", "from spec_decode_ci.pytest_run import _fork_server; _fork_server()", *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._left_to_runs: tuple[str, ...] | None = None
+
+    def _reply(self) -> dict:
+        reply = self._server.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the forking pytest server ended (exit {self._server.poll()}); see its stderr")
+        return json.loads(reply)
+
+    @property
+    def left_to_runs(self) -> tuple[str, ...]:
+        """The preloads the server did not import, as their import initialises CUDA: each run imports them."""
+        if self._left_to_runs is None:
+            self._left_to_runs = tuple(self._reply()["left_to_runs"])  # the server's first line, once preloaded
+        return self._left_to_runs
 
     def run(self, *targets: str, marker: str | None = None, plugins: tuple[str, ...] = (),
             env: dict[str, str] | None = None, extra: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> PytestRun:
@@ -146,14 +162,12 @@ class ForkedPytest:
             request = {"args": pytest_args(targets, marker, plugins, extra=extra),
                        "env": {**(env or {}), **_run_env(log, only)},
                        "output": str(output)}
+            self.left_to_runs  # noqa: B018 (the preload's line, read before the run's)
             start = time.perf_counter()
             self._server.stdin.write(json.dumps(request) + "\n")
             self._server.stdin.flush()
-            reply = self._server.stdout.readline()
-            if not reply:
-                raise RuntimeError(f"the forking pytest server ended (exit {self._server.poll()}); see its stderr")
+            answer = self._reply()
             wall = time.perf_counter() - start
-            answer = json.loads(reply)
             if answer.get("cannot_fork"):
                 return run_pytest(*targets, marker=marker, plugins=plugins, env=env, extra=extra, only=only)
             return PytestRun(answer["returncode"], output.read_text(errors="replace") if output.exists() else "",
@@ -166,18 +180,19 @@ class ForkedPytest:
 
 
 def _fork_server() -> None:
-    """The server of ``ForkedPytest``: imports its arguments, then forks one pytest run per request line."""
-    import importlib
-
+    """The server of ``ForkedPytest``: imports its arguments (``_preload``), then forks one pytest run per request
+    line."""
     # the replies get the pipe to themselves: whatever the imports print or log (vLLM logs to stdout) goes to stderr
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    for name in sys.argv[1:]:
-        importlib.import_module(name)
+    left = _preload(sys.argv[1:])
+    if left:
+        print(f"spec-decode-ci: importing {', '.join(left)} initialises CUDA: each forked run imports it itself",
+              file=sys.stderr, flush=True)
+    print(json.dumps({"left_to_runs": left}), file=replies, flush=True)
     for line in sys.stdin:
         request = json.loads(line)
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
+        if _cuda_initialised():
             print(json.dumps({"cannot_fork": "CUDA is initialised in the server"}), file=replies, flush=True)
             continue
         pid = os.fork()
@@ -186,6 +201,36 @@ def _fork_server() -> None:
         _, status, usage = os.wait4(pid, 0)
         print(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "max_rss_mib": usage.ru_maxrss // 1024}),
               file=replies, flush=True)
+
+
+_INITIALISES_CUDA = 101  # the exit status of a preload's trial import that initialised CUDA
+
+
+def _cuda_initialised() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
+
+
+def _preload(names: list[str]) -> list[str]:
+    """Import ``names`` in order, each first in a forked child: where its import leaves CUDA uninitialised that
+    child goes on as the server (this process only waits for it and exits as it does); where not, the child exits
+    and this process goes on without the module. Returns the names left out."""
+    import importlib
+
+    left = []
+    for name in names:
+        pid = os.fork()
+        if pid == 0:
+            importlib.import_module(name)
+            if _cuda_initialised():
+                os._exit(_INITIALISES_CUDA)
+            continue
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code != _INITIALISES_CUDA:
+            os._exit(code)  # the child served every run (or its import raised)
+        left.append(name)
+    return left
 
 
 def _forked_run(request: dict) -> None:

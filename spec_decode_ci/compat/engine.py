@@ -130,3 +130,20 @@ def vllm_sync_check_as_errors():
                 require(module, "enable_gpu_sync_check", what="vLLM's GPU sync check")
                 stack.enter_context(mock.patch.dict(os.environ, {"VLLM_GPU_SYNC_CHECK": "error"}))
         yield
+
+
+@contextlib.contextmanager
+def model_classes_inspected_here():
+    """Inside: vLLM inspects a model class in this process rather than in a fresh Python process per class (its
+    way to keep CUDA uninitialised in the engine's process); for a throwaway process that fills vLLM's cache of
+    model-class facts. Where this vLLM has no such step, it inspects as it always does."""
+    registry = importlib.import_module("vllm.model_executor.models.registry")
+    in_subprocess = getattr(registry, "_run_in_subprocess", None)
+    if in_subprocess is None:
+        yield
+        return
+    registry._run_in_subprocess = lambda fn: fn()
+    try:
+        yield
+    finally:
+        registry._run_in_subprocess = in_subprocess

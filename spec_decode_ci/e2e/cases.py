@@ -230,6 +230,15 @@ def load(path: str | None = None) -> SuiteConfig:
     return parse(config_path(path))
 
 
+def offline_engine_config(config: SuiteConfig, case: Case, speculative: bool):
+    """vLLM's engine config for ``case`` (configs only: no tokenizer), on the emulated Blackwell platform."""
+    from spec_decode_ci.emulation import emulated_platform
+    from spec_decode_ci.model_info import engine_config
+
+    with emulated_platform():
+        return engine_config(**{**engine_kwargs(config, case, speculative), "skip_tokenizer_init": True})
+
+
 def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[str, Any]:
     """``LLM`` / ``EngineArgs`` keyword arguments for the target alone, or for target + drafter."""
     e = config.engine

@@ -63,10 +63,10 @@ def runner_log() -> Iterator[list[str]]:
 
 
 def _configured_runner(config: cases.SuiteConfig, case: cases.Case) -> str:
-    from vllm.engine.arg_utils import EngineArgs
+    from spec_decode_ci.model_info import engine_config
 
     kwargs = {**cases.engine_kwargs(config, case, speculative=True), "skip_tokenizer_init": True}
-    return compat.model_runner(EngineArgs(**kwargs).create_engine_config())
+    return compat.model_runner(engine_config(**kwargs))
 
 
 @contextmanager

@@ -61,7 +61,7 @@ def make_vllm_config(options: BuilderOptions):
 
 @lru_cache(maxsize=None)
 def _vllm_config(options: BuilderOptions):
-    from vllm.engine.arg_utils import EngineArgs
+    from spec_decode_ci.model_info import engine_config
 
     with tempfile.TemporaryDirectory(prefix="spec-decode-ci-tiny-") as base, emulated_platform(BLACKWELL):
         model_dir = write_target(Path(base) / "tiny-llama", "llama", options.max_model_len, heads=options.num_heads,
@@ -77,7 +77,7 @@ def _vllm_config(options: BuilderOptions):
             attention_config["use_non_causal"] = True
         if attention_config:
             kwargs["attention_config"] = attention_config
-        config = EngineArgs(**kwargs).create_engine_config()
+        config = engine_config(**kwargs)
     compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
     config.parallel_config.decode_context_parallel_size = options.dcp_world_size  # TP stays 1: no group to split
     return config

@@ -141,13 +141,13 @@ def vllm_config(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL):
 
 @lru_cache(maxsize=None)
 def _vllm_config(options: MlaOptions, gpu: EmulatedGpu):
-    from vllm.engine.arg_utils import EngineArgs
+    from spec_decode_ci.model_info import engine_config
 
     with tempfile.TemporaryDirectory(prefix="spec-decode-ci-mla-") as base, emulated_platform(gpu):
         model_dir = write_mla_target(Path(base) / "tiny-deepseek-mtp", options.max_model_len,
                                      heads=options.num_heads, **options.dims)
         kwargs = options.engine_kwargs(model_dir, options.page_size, {"method": "mtp"})
-        config = EngineArgs(**kwargs, kv_cache_dtype=options.kv_cache_dtype).create_engine_config()
+        config = engine_config(**kwargs, kv_cache_dtype=options.kv_cache_dtype)
     if not config.model_config.use_mla:
         raise compat.MissingVllmField("vllm.config.ModelConfig", "use_mla",
                                       "the tiny DeepSeek-V3 config did not give an MLA model config")

@@ -13,7 +13,6 @@ import pytest
 from spec_decode_ci import compat
 from spec_decode_ci.e2e import cases, fake_hub
 from . import e2e_suites
-from spec_decode_ci.emulation import emulated_platform
 
 pytestmark = pytest.mark.e2e_offline
 
@@ -36,11 +35,7 @@ def names(hub, value: str, repo_id: str) -> bool:
 
 
 def engine_config(case, speculative: bool):
-    from vllm.engine.arg_utils import EngineArgs
-
-    with emulated_platform():
-        kwargs = {**cases.engine_kwargs(CONFIG, case, speculative), "skip_tokenizer_init": True}  # configs only
-        return EngineArgs(**kwargs).create_engine_config()
+    return cases.offline_engine_config(CONFIG, case, speculative)
 
 
 def test_every_e2e_suite_has_cases():
@@ -99,11 +94,8 @@ def smoke_config(tmp_path_factory):
                          ids=[f"smoke-{s}-{SMOKE.cases(s)[i].id}" for s, i in SMOKE_CASES])
 def test_smoke_engine_config(smoke_config, suite, index):
     """The GPU smoke's cases build their engine configuration too."""
-    from vllm.engine.arg_utils import EngineArgs
-
     config, case = smoke_config, smoke_config.cases(suite)[index]
-    with emulated_platform():
-        engine = EngineArgs(**cases.engine_kwargs(config, case, speculative=True)).create_engine_config()
+    engine = cases.offline_engine_config(config, case, speculative=True)
     assert engine.speculative_config.method == case.method
     assert engine.model_config.model == case.target
     if compat.drafter_attention_backend_settable():
