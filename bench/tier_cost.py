@@ -139,7 +139,10 @@ def per_regression() -> int:
     from spec_decode_ci.patches import REGRESSIONS
     from spec_decode_ci.pytest_run import ForkedPytest
 
+    from spec_decode_ci import model_info
+
     start = time.perf_counter()
+    warm_up = model_info.start()  # once for every run, as a test session's plugin starts it
     runs = ForkedPytest(preload=TIER_PRELOAD)
     runs.run("spec_decode_ci.suites", marker="no_such_marker")  # returns once the server has imported vLLM
     print(f"server import (once per process): {time.perf_counter() - start:.1f} s", flush=True)
@@ -161,6 +164,8 @@ def per_regression() -> int:
               f"{caught} / {len(regression.must_fail)}{'  (control, whole tier: exit ' + str(run.returncode) + ')' if name == 'none' else ''}",
               flush=True)
     runs.close()
+    if warm_up is not None:
+        warm_up.kill()
     print(f"all {len(REGRESSIONS)} runs: {total:.1f} s, one process at a time", flush=True)
     return 0
 

@@ -236,7 +236,7 @@ def offline_engine_config(config: SuiteConfig, case: Case, speculative: bool):
     from spec_decode_ci.model_info import engine_config
 
     with emulated_platform():
-        return engine_config(**{**engine_kwargs(config, case, speculative), "skip_tokenizer_init": True})
+        return engine_config("e2e", **{**engine_kwargs(config, case, speculative), "skip_tokenizer_init": True})
 
 
 def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def _vllm_config(options: BuilderOptions):
             attention_config["use_non_causal"] = True
         if attention_config:
             kwargs["attention_config"] = attention_config
-        config = engine_config(**kwargs)
+        config = engine_config("build_path", **kwargs)
     compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
     config.parallel_config.decode_context_parallel_size = options.dcp_world_size  # TP stays 1: no group to split
     return config

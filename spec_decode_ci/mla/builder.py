@@ -147,7 +147,7 @@ def _vllm_config(options: MlaOptions, gpu: EmulatedGpu):
         model_dir = write_mla_target(Path(base) / "tiny-deepseek-mtp", options.max_model_len,
                                      heads=options.num_heads, **options.dims)
         kwargs = options.engine_kwargs(model_dir, options.page_size, {"method": "mtp"})
-        config = engine_config(**kwargs, kv_cache_dtype=options.kv_cache_dtype)
+        config = engine_config("build_path", **kwargs, kv_cache_dtype=options.kv_cache_dtype)
     if not config.model_config.use_mla:
         raise compat.MissingVllmField("vllm.config.ModelConfig", "use_mla",
                                       "the tiny DeepSeek-V3 config did not give an MLA model config")

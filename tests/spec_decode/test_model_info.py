@@ -1,58 +1,66 @@
 """The warm-up of vLLM's model-class facts (spec_decode_ci.model_info): after it, the configs the suites make start
-no process, where on an empty cache the same config starts one (vLLM's inspection of the model class)."""
+no Python process, where on an empty cache the same config starts one (vLLM's inspection of the model class)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
+from spec_decode_ci import model_info
 from spec_decode_ci.e2e import cases, fake_hub
 
 pytestmark = pytest.mark.harness
 
-_started: list | None = None  # while recording: the commands of the processes started
+# In a fresh process (vLLM keeps what it inspected in the process too): each e2e case's configs (argv[2] "all")
+# or the first case's speculative one ("first"), and the commands of the Python processes each started.
+CONFIGS_AND_THEIR_PROCESSES = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    started = []  # the Python processes started (not a library's probe such as ldconfig)
 
+    def audit(event, args):
+        if event == "subprocess.Popen" and isinstance(args[1], (list, tuple)) and args[1][:1] == [sys.executable]:
+            started.append(args[1])
 
-def _audit(event: str, args: tuple) -> None:
-    if event == "subprocess.Popen" and _started is not None:
-        _started.append(args[1])
-
-
-sys.addaudithook(_audit)
-
-
-def processes_started(make) -> list:
-    """The commands of the processes ``make()`` starts."""
-    global _started
-    _started = []
-    try:
-        make()
-        return _started
-    finally:
-        _started = None
-
-
-def test_after_the_warm_up_the_suites_configs_start_no_process(tmp_path, monkeypatch):
-    from spec_decode_ci import model_info
+    sys.addaudithook(audit)
+    from spec_decode_ci.e2e import cases, fake_hub
 
     config = cases.load()
     every_case = [c for suite in config.suites for c in config.cases(suite)]
-    monkeypatch.delenv(model_info.ENV, raising=False)  # no waiting for this session's own warm-up
-    hub = tmp_path / "hub"
-    for case in every_case:
-        fake_hub.populate(hub, case)
-    with fake_hub.offline_hub(hub):
-        first = lambda: cases.offline_engine_config(config, every_case[0], speculative=True)  # noqa: E731
-        monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "empty"))
-        assert processes_started(first), "control: on an empty cache vLLM inspects a model class in a process"
+    made = {}
+    with fake_hub.offline_hub(Path(sys.argv[1])):
+        for case in every_case[:1] if sys.argv[2] == "first" else every_case:
+            for speculative in (True,) if sys.argv[2] == "first" else (True, False):
+                before = len(started)
+                cases.offline_engine_config(config, case, speculative)
+                made[f"{case.suite}-{case.id} speculative={speculative}"] = started[before:]
+    print("MADE", json.dumps(made))  # vLLM logs to stdout too
+""")
 
-        warm, done = tmp_path / "warm", tmp_path / "done"
-        monkeypatch.setenv("VLLM_CACHE_ROOT", str(warm))
-        subprocess.run([sys.executable, "-m", "spec_decode_ci.model_info", str(done)], check=True, timeout=300)
-        assert done.exists()
-        for case in every_case:
-            for speculative in (True, False):
-                started = processes_started(lambda: cases.offline_engine_config(config, case, speculative))
-                assert started == [], f"{case.suite}-{case.id} (speculative={speculative}) started {started}"
+
+def test_after_the_warm_up_the_suites_configs_start_no_python_process(tmp_path):
+    config = cases.load()
+    hub = tmp_path / "hub"
+    for case in (c for suite in config.suites for c in config.cases(suite)):
+        fake_hub.populate(hub, case)
+    env = {k: v for k, v in os.environ.items() if k != model_info.ENV}  # not this session's own warm-up
+
+    def configs(cache_root, which: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", CONFIGS_AND_THEIR_PROCESSES, str(hub), which],
+                                env={**env, "VLLM_CACHE_ROOT": str(cache_root)}, stdout=subprocess.PIPE, text=True)
+
+    stages = tmp_path / "stages"
+    stages.mkdir()
+    control = configs(tmp_path / "empty", "first")
+    warm_up = subprocess.Popen([sys.executable, "-m", "spec_decode_ci.model_info", str(stages)],
+                               env={**env, "VLLM_CACHE_ROOT": str(tmp_path / "warm")})
+    assert warm_up.wait(timeout=300) == 0 and sorted(p.name for p in stages.iterdir()) == sorted(model_info.STAGES)
+    checked = configs(tmp_path / "warm", "all")
+    control_made, made = (json.loads(p.communicate(timeout=300)[0].split("\nMADE ")[-1]) for p in (control, checked))
+    assert all(control_made.values()), f"control: on an empty cache vLLM inspects in a process: {control_made}"
+    assert made and not any(made.values()), {config: started for config, started in made.items() if started}
