@@ -165,7 +165,7 @@ def per_regression() -> int:
               flush=True)
     runs.close()
     if warm_up is not None:
-        warm_up.kill()
+        warm_up.stop()
     print(f"all {len(REGRESSIONS)} runs: {total:.1f} s, one process at a time", flush=True)
     return 0
 

@@ -145,7 +145,7 @@ def pytest_sessionstart(session):
 
         warm_up = model_info.start()
         if warm_up is not None:
-            config.add_cleanup(lambda: (warm_up.kill(), warm_up.wait()))
+            config.add_cleanup(warm_up.stop)
 
 
 def selects(expression: str | None, marker: str) -> bool:

@@ -57,10 +57,41 @@ def test_after_the_warm_up_the_suites_configs_start_no_python_process(tmp_path):
     stages = tmp_path / "stages"
     stages.mkdir()
     control = configs(tmp_path / "empty", "first")
-    warm_up = subprocess.Popen([sys.executable, "-m", "spec_decode_ci.model_info", str(stages)],
+    warm_up = subprocess.Popen([sys.executable, "-m", "spec_decode_ci.model_info_warm_up", str(stages)],
                                env={**env, "VLLM_CACHE_ROOT": str(tmp_path / "warm")})
     assert warm_up.wait(timeout=300) == 0 and sorted(p.name for p in stages.iterdir()) == sorted(model_info.STAGES)
     checked = configs(tmp_path / "warm", "all")
     control_made, made = (json.loads(p.communicate(timeout=300)[0].split("\nMADE ")[-1]) for p in (control, checked))
     assert all(control_made.values()), f"control: on an empty cache vLLM inspects in a process: {control_made}"
     assert made and not any(made.values()), {config: started for config, started in made.items() if started}
+
+
+def test_a_config_waits_for_its_stage_and_not_for_a_warm_up_that_ended(tmp_path, monkeypatch):
+    """A warm-up's stage mark ends the wait as soon as it is written; a warm-up whose process ended without marking
+    the stage (it crashed) keeps nobody waiting."""
+    import time
+
+    monkeypatch.setattr(model_info, "_waited", set())
+    monkeypatch.setenv(model_info.ENV, str(tmp_path))
+    (tmp_path / model_info.LOCK).write_text("")
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, pathlib, time
+        lock = open({str(tmp_path / model_info.LOCK)!r})
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        pathlib.Path({str(tmp_path / "locked")!r}).write_text("")
+        time.sleep(2)
+        pathlib.Path({str(tmp_path / "build_path")!r}).write_text("")
+        time.sleep(60)
+    """)])
+    try:
+        while not (tmp_path / "locked").exists():
+            time.sleep(0.05)
+        start = time.monotonic()
+        model_info.wait("build_path")
+        assert 1.5 < time.monotonic() - start < 30 and (tmp_path / "build_path").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    start = time.monotonic()
+    model_info.wait("e2e")  # never marked, its process gone
+    assert time.monotonic() - start < 5 and not (tmp_path / "e2e").exists()
