@@ -135,11 +135,10 @@ def main() -> int:
 def per_regression() -> int:
     """One forked tier run per regression of the self-check (as tests/spec_decode/test_selfcheck.py runs them):
     seconds, the run's peak host memory and its verdict; the server's import once, and the control."""
+    from spec_decode_ci import model_info
     from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD
     from spec_decode_ci.patches import REGRESSIONS
     from spec_decode_ci.pytest_run import ForkedPytest
-
-    from spec_decode_ci import model_info
 
     start = time.perf_counter()
     warm_up = model_info.start()  # once for every run, as a test session's plugin starts it

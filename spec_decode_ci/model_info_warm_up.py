@@ -26,12 +26,9 @@ def warm_up() -> Iterator[str]:
             with contextlib.suppress(Exception):  # its own tests report it
                 backend.make_harness(backend.options_class()(), BLACKWELL)
         yield "build_path"
-        config, cache = cases.load(), Path(tmp) / "hub"
-        all_cases = [case for suite in config.suites for case in config.cases(suite)]
-        for case in all_cases:
-            fake_hub.populate(cache, case)
-        with fake_hub.offline_hub(cache):
-            for case in all_cases:  # a speculative config names its target's architecture and its drafter's
+        config = cases.load()
+        with fake_hub.offline_hub_of(Path(tmp) / "hub", config.all_cases()):
+            for case in config.all_cases():  # a speculative config names its target's architecture and its drafter's
                 with contextlib.suppress(Exception):
                     cases.offline_engine_config(config, case, speculative=True)
         yield "e2e"

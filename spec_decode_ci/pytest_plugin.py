@@ -136,11 +136,10 @@ def pytest_sessionstart(session):
     config = session.config
     if hasattr(config, "workerinput") or importlib.util.find_spec("vllm") is None:
         return
-    markexpr = config.getoption("markexpr", "")
-    if getattr(config.option, "numprocesses", None) and (
-            not markexpr or any(selects(markexpr, m) for m in FLASHINFER_MARKERS)):
+    markexpr = config.getoption("markexpr", "") or None
+    if getattr(config.option, "numprocesses", None) and any(selects(markexpr, m) for m in FLASHINFER_MARKERS):
         _exit_without_flashinfer()
-    if not markexpr or any(selects(markexpr, m) for m in VLLM_MARKERS):
+    if any(selects(markexpr, m) for m in VLLM_MARKERS):
         from spec_decode_ci import model_info
 
         warm_up = model_info.start()

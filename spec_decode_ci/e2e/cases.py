@@ -107,6 +107,10 @@ class SuiteConfig:
     def cases(self, suite: str) -> tuple[Case, ...]:
         return self.suites.get(suite, ())
 
+    def all_cases(self) -> tuple[Case, ...]:
+        """Every suite's cases, suite by suite."""
+        return tuple(case for cases in self.suites.values() for case in cases)
+
     def with_models(self, mapping: dict[str, str]) -> "SuiteConfig":
         """The same cases with checkpoint ids replaced (local directories for the offline tier)."""
         def swap(c: Case) -> Case:
@@ -230,13 +234,19 @@ def load(path: str | None = None) -> SuiteConfig:
     return parse(config_path(path))
 
 
+def engine_config(config: SuiteConfig, case: Case, speculative: bool):
+    """vLLM's engine config for ``case`` on this process's platform (configs only: no tokenizer)."""
+    from spec_decode_ci import model_info
+
+    return model_info.engine_config("e2e", **{**engine_kwargs(config, case, speculative), "skip_tokenizer_init": True})
+
+
 def offline_engine_config(config: SuiteConfig, case: Case, speculative: bool):
-    """vLLM's engine config for ``case`` (configs only: no tokenizer), on the emulated Blackwell platform."""
+    """``engine_config`` on the emulated Blackwell platform."""
     from spec_decode_ci.emulation import emulated_platform
-    from spec_decode_ci.model_info import engine_config
 
     with emulated_platform():
-        return engine_config("e2e", **{**engine_kwargs(config, case, speculative), "skip_tokenizer_init": True})
+        return engine_config(config, case, speculative)
 
 
 def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 from unittest import mock
 
 from spec_decode_ci.e2e import tiny_models
@@ -48,6 +48,15 @@ def populate(cache: Path, case: Case) -> None:
 
 
 HUB_CLIENTS = ("huggingface_hub", "transformers", "vllm")
+
+
+@contextmanager
+def offline_hub_of(cache: Path, cases: Iterable[Case]) -> Iterator[Path]:
+    """``offline_hub`` on ``cache`` with every checkpoint of ``cases`` in it."""
+    for case in cases:
+        populate(cache, case)
+    with offline_hub(cache):
+        yield cache
 
 
 @contextmanager

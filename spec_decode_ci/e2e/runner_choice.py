@@ -63,10 +63,7 @@ def runner_log() -> Iterator[list[str]]:
 
 
 def _configured_runner(config: cases.SuiteConfig, case: cases.Case) -> str:
-    from spec_decode_ci.model_info import engine_config
-
-    kwargs = {**cases.engine_kwargs(config, case, speculative=True), "skip_tokenizer_init": True}
-    return compat.model_runner(engine_config("e2e", **kwargs))
+    return compat.model_runner(cases.engine_config(config, case, speculative=True))
 
 
 @contextmanager

@@ -31,7 +31,7 @@ CONFIGS_AND_THEIR_PROCESSES = textwrap.dedent("""
     from spec_decode_ci.e2e import cases, fake_hub
 
     config = cases.load()
-    every_case = [c for suite in config.suites for c in config.cases(suite)]
+    every_case = config.all_cases()
     made = {}
     with fake_hub.offline_hub(Path(sys.argv[1])):
         for case in every_case[:1] if sys.argv[2] == "first" else every_case:
@@ -44,9 +44,8 @@ CONFIGS_AND_THEIR_PROCESSES = textwrap.dedent("""
 
 
 def test_after_the_warm_up_the_suites_configs_start_no_python_process(tmp_path):
-    config = cases.load()
     hub = tmp_path / "hub"
-    for case in (c for suite in config.suites for c in config.cases(suite)):
+    for case in cases.load().all_cases():
         fake_hub.populate(hub, case)
     env = {k: v for k, v in os.environ.items() if k != model_info.ENV}  # not this session's own warm-up
 

@@ -22,10 +22,7 @@ CASES = [case for suite in e2e_suites() for case in CONFIG.cases(suite)]
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("hf") / "hub"
-    for case in CASES:
-        fake_hub.populate(cache, case)
-    with fake_hub.offline_hub(cache):
+    with fake_hub.offline_hub_of(tmp_path_factory.mktemp("hf") / "hub", CASES) as cache:
         yield cache
 
 

@@ -21,7 +21,7 @@ def smoke(tmp_path_factory):
 
 
 def smoke_cases(smoke):
-    return [case for suite in smoke.suites for case in smoke.cases(suite)]
+    return list(smoke.all_cases())
 
 
 def test_a_bad_runner_name_is_a_located_error(monkeypatch):

@@ -222,17 +222,14 @@ def test_speculators_checkpoint_loads_and_proposes_through_d2t(tmp_path, head, t
     first proposal (fc of the aux states plus head 1's copy of the current token's factor, logits mapped through the checkpoint's
     draft vocabulary) is the rule's choice at every drafting step of the target's run."""
     import torch
-    from vllm.engine.arg_utils import EngineArgs
 
     from spec_decode_ci.e2e.tiny_models import write_tiny_models
-    from spec_decode_ci.emulation import emulated_platform
 
-    (case_id,) = [c.id for s in SMOKE.suites for c in SMOKE.cases(s) if c.speculators == head]
+    (case_id,) = [c.id for c in SMOKE.all_cases() if c.speculators == head]
     config = SMOKE.with_models(write_tiny_models(tmp_path, {target: SMOKE.tiny_models[target]},
                                                  {"speculators": {head: target}}, weights=True))
-    (case,) = [c for s in config.suites for c in config.cases(s) if c.id == case_id]
-    with emulated_platform():
-        engine = EngineArgs(**cases.engine_kwargs(config, case, speculative=True)).create_engine_config()
+    (case,) = [c for c in config.all_cases() if c.id == case_id]
+    engine = cases.offline_engine_config(config, case, speculative=True)
     draft = engine.speculative_config.draft_model_config
     assert type(draft.hf_config).__name__ == "SpeculatorsConfig", type(draft.hf_config)
     assert engine.speculative_config.method == "eagle3"
