@@ -2,7 +2,8 @@
 
 Exit status: 0 ok, 1 the committed output drifted (``--check``), 2 bad input. The pipeline is
 load -> model -> expand -> render -> validate -> write; only the two ends touch the file system.
-``generate-pipeline import PATH`` turns an existing test-area file into a matrix.
+``generate-pipeline import PATH`` turns an existing test-area file into a matrix; ``generate-pipeline upstream
+PATH`` compares the matrix's vLLM steps with vLLM's own file at PATH (exit 1 where they differ).
 """
 
 from __future__ import annotations
@@ -50,6 +51,15 @@ def build_import_parser() -> argparse.ArgumentParser:
     return p
 
 
+def build_upstream_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="generate-pipeline upstream",
+                description="Compare the matrix's copy of vLLM's steps with vLLM's own test-area file: per step kept, "
+                            "changed (which keys), added or removed; exit 1 on a difference.")
+    p.add_argument("path", help="vLLM's test-area file, e.g. a vLLM checkout's .buildkite/test_areas/spec_decode.yaml")
+    p.add_argument("--matrix", help=f"hardware matrix (default: {MATRIX_NAME} in the current directory or a parent)")
+    return p
+
+
 def find_repo_root(start: Path) -> Path | None:
     matrix = matrix_above(start)
     return matrix.parent if matrix else None
@@ -81,17 +91,20 @@ def check_combinations(args: argparse.Namespace) -> None:
         raise InputError("command line", "--check needs --output FILE with --format buildkite (it writes to stdout)")
 
 
+def matrix_of(args: argparse.Namespace, root: Path | None) -> Path:
+    if args.matrix:
+        return Path(args.matrix)
+    if root is not None:
+        return root / MATRIX_NAME
+    raise InputError(MATRIX_NAME, "not found in the current directory or any parent; pass --matrix")
+
+
 def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
     from spec_decode_ci.generator import expand, load, model, render, validate, write
 
     check_combinations(args)
     root = find_repo_root(Path.cwd())
-    if args.matrix:
-        matrix_path = Path(args.matrix)
-    elif root is not None:
-        matrix_path = root / MATRIX_NAME
-    else:
-        raise InputError(MATRIX_NAME, "not found in the current directory or any parent; pass --matrix")
+    matrix_path = matrix_of(args, root)
     if args.output:
         output = args.output
     elif args.format == "test-area":
@@ -133,13 +146,25 @@ def run_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_upstream(args: argparse.Namespace) -> int:
+    from spec_decode_ci.generator import load, model, upstream
+
+    doc = load.read_document(matrix_of(args, find_repo_root(Path.cwd())))
+    drift = upstream.compare(model.parse_matrix(doc), load.read_document(Path(args.path)), doc.error)
+    sys.stdout.write(drift.text())
+    return EXIT_DRIFT if drift.differs else EXIT_OK
+
+
+SUBCOMMANDS = {"import": (build_import_parser, run_import), "upstream": (build_upstream_parser, run_upstream)}
+
+
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    importing = bool(argv) and argv[0] == "import"
-    args = (build_import_parser() if importing else build_parser()).parse_args(argv[1:] if importing else argv)
+    sub = SUBCOMMANDS.get(argv[0]) if argv else None
+    args = sub[0]().parse_args(argv[1:]) if sub else build_parser().parse_args(argv)
     try:
-        if importing:
-            return run_import(args)
+        if sub:
+            return sub[1](args)
         return run(args, dict(os.environ) if environ is None else environ)
     except InputError as exc:
         sys.stderr.write(f"generate-pipeline: {exc}\n")

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from spec_decode_ci.generator.errors import InputError
 from spec_decode_ci.generator.model import VLLM_NIGHTLY, Device, Matrix, Suite
-from spec_decode_ci.generator.steps import BUILDKITE_KEY_RE, AreaStep
+from spec_decode_ci.generator.ci_infra_keys import BUILDKITE_KEY_RE
+from spec_decode_ci.generator.steps import AreaStep
 from spec_decode_ci.generator.names import BASELINE_BUILD_ENV, CAPABILITIES_ENV, DEVICE_ENV, RESULTS_DIR, RESULTS_OPTION
 from spec_decode_ci.generator.routing import Image, image_for, queue_for
 

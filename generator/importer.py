@@ -11,7 +11,7 @@ from typing import Any
 from spec_decode_ci.generator.load import Document, join
 from spec_decode_ci.generator.model import Device
 from spec_decode_ci.generator.readers import Section, text, text_list
-from spec_decode_ci.generator.steps import RENAMED, parse_step
+from spec_decode_ci.generator.steps import RENAMED, AreaStep, parse_step
 from spec_decode_ci.generator.render import plain_fields, yaml_value
 
 TOP_KEYS = ("group", "depends_on", "steps")
@@ -38,8 +38,9 @@ def _device_strings(doc: Document) -> list[str]:
     return found
 
 
-def import_test_area(doc: Document) -> str:
-    """The matrix text for the test-area file ``doc``; raises a located ``InputError`` on what it cannot carry."""
+def area_file_steps(doc: Document) -> tuple[str | None, tuple[str, ...] | None, list[AreaStep]]:
+    """A test-area file's group, depends_on and steps, each step read as ci-infra reads it (a device block per
+    device string); raises a located ``InputError`` on a key ci-infra would drop."""
     top = Section(doc, "", "a test-area file", TOP_KEYS, renamed=RENAMED)
     group = top.get("group", text)
     depends_on = top.get("depends_on", text_list())
@@ -47,8 +48,13 @@ def import_test_area(doc: Document) -> str:
     if not isinstance(raw_steps, list):
         raise doc.error("steps", "expected a list of steps")
     devices = {name: Device(name, name, None, None, None, None, None, None, (), None) for name in _device_strings(doc)}
-    steps = [parse_step(doc, join("steps", i), i, devices) for i in range(len(raw_steps))]
+    return group, depends_on, [parse_step(doc, join("steps", i), i, devices) for i in range(len(raw_steps))]
 
+
+def import_test_area(doc: Document) -> str:
+    """The matrix text for the test-area file ``doc``; raises a located ``InputError`` on what it cannot carry."""
+    group, depends_on, steps = area_file_steps(doc)
+    devices = _device_strings(doc)
     test_area: dict[str, Any] = {}
     if group is not None:
         test_area["group"] = group

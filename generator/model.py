@@ -22,7 +22,7 @@ from spec_decode_ci.generator.readers import (
     Section, boolean, env_mapping, integer, one_of, patterned, requirement, section, text, text_list,
 )
 from spec_decode_ci.generator.routing import NEEDS, image_for
-from spec_decode_ci.generator.steps import RENAMED, AreaStep, _device_ref, _steps
+from spec_decode_ci.generator.steps import RENAMED, AreaStep, _steps, device_ref
 
 SCHEDULES = ("nightly", "every_change")
 PIPELINES = ("test-area", "buildkite")
@@ -227,7 +227,7 @@ def _parse_suite(doc: Document, path: str, name: str, devices: dict[str, Device]
         name=name,
         key=r.get("key", patterned(STEP_KEY_RE, "a step key of lower-case letters, digits and '-'"), required=True),
         label=r.get("label", text, required=True),
-        devices=r.get("devices", text_list(_device_ref(devices), non_empty=True), required=True),
+        devices=r.get("devices", text_list(device_ref(devices), non_empty=True), required=True),
         schedule=r.get("schedule", one_of(SCHEDULES), required=True),
         optional=r.get("optional", boolean, False),
         soft_fail=r.get("soft_fail", boolean, False),

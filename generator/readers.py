@@ -160,7 +160,9 @@ def env_mapping(doc: Document, path: str, value: Any) -> tuple[tuple[str, str], 
         text(doc, join(path, name), name, pattern=ENV_NAME_RE, hint="an environment variable name")
         if isinstance(setting, bool) or not isinstance(setting, (str, int)):
             raise doc.error(join(path, name), f"expected a string or integer value, got {_kind(setting)}")
-        out.append((name, text(doc, join(path, name), str(setting))))
+        # an empty value is a variable set to nothing (ci-infra's `Dict[str, str]`; the generator writes one for a
+        # device without capabilities)
+        out.append((name, text(doc, join(path, name), str(setting)) if str(setting) else ""))
     return tuple(out)
 
 

@@ -48,6 +48,9 @@ QUEUES = {
     "dgx-spark": "dgx-spark",
     "zen5": "amd-zen5-cpu",
 }
+# Devices ci-infra runs through its Kubernetes plugin rather than docker (``_get_step_plugin``, ci-infra 3e4cfe4);
+# ci-infra refuses `automatic_shard` on them.
+KUBERNETES_DEVICES = ("h100", "a100", "b200-k8s")
 AMD_GPU_FAMILIES = ("mi250", "mi300", "mi325", "mi355")
 SINGLE_GPU_QUEUE, MULTI_GPU_QUEUE = "gpu_1_queue", "gpu_4_queue"
 

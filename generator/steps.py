@@ -1,17 +1,15 @@
-"""ci-infra's test-area step schema, key for key: the keys a step and its AMD mirror may hold, their types and
-ci-infra's own validators, reported where they apply (ci-infra would drop an unknown key silently)."""
+"""ci-infra's test-area steps: a step and its AMD mirror read with the keys of ``ci_infra_keys`` (ci-infra would
+drop an unknown key silently), and ci-infra's own validators, reported where they apply."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spec_decode_ci.generator import ci_infra_keys
 from spec_decode_ci.generator.load import Document, join
-from spec_decode_ci.generator.readers import (
-    Parse, Section, _kind, boolean, closest, env_mapping, integer, patterned, plain_mapping, string_mapping, text,
-    text_list,
-)
+from spec_decode_ci.generator.readers import Parse, Section, _kind, closest
+from spec_decode_ci.generator.routing import KUBERNETES_DEVICES
 
 if TYPE_CHECKING:
     from spec_decode_ci.generator.model import Device
@@ -40,10 +38,7 @@ class AreaStep:
         return self.get("label")
 
 
-BUILDKITE_KEY_RE = re.compile(r"^[a-zA-Z0-9_\-:${}.,]+$")
-
-
-def _device_ref(devices: dict[str, Device]) -> Parse:
+def device_ref(devices: dict[str, Device]) -> Parse:
     """A device block's name, or its test-area device string (so vLLM's steps can be pasted as they are)."""
 
     def parse(doc: Document, path: str, value: Any) -> str:
@@ -62,58 +57,15 @@ def _device_ref(devices: dict[str, Device]) -> Parse:
     return parse
 
 
-def _common_fields(devices: dict[str, Device]) -> dict[str, Parse]:
-    """The keys a step and its mirror share, with ci-infra's types."""
-    listed = text_list(unique=False)
-    return {
-        "label": text,
-        "device": _device_ref(devices),
-        "num_devices": integer(1),
-        "num_nodes": integer(1),
-        "working_dir": text,
-        "timeout_in_minutes": integer(1),
-        "optional": boolean,
-        "soft_fail": boolean,
-        "parallelism": integer(1),
-        "concurrency": integer(1),
-        "concurrency_group": text,
-        "agent_tags": string_mapping,
-        "no_plugin": boolean,
-        "no_gpu": boolean,
-        "dind": boolean,
-        "env": env_mapping,
-        "depends_on": listed,
-        "source_file_dependencies": listed,
-        "commands": listed,
-    }
-
-
-def step_fields(devices: dict[str, Device]) -> dict[str, Parse]:
-    fields = _common_fields(devices)
-    fields.update({
-        "key": patterned(BUILDKITE_KEY_RE, "a Buildkite step key"),
-        "group": text,
-        "mount_buildkite_agent": boolean,
-        "retry": plain_mapping,
-        "mirror": _mirror(devices),
-    })
-    return fields
-
-
-def mirror_fields(devices: dict[str, Device]) -> dict[str, Parse]:
-    # `parallelism` is accepted because vLLM writes it; ci-infra gives a mirror its parent's parallelism.
-    return {**_common_fields(devices), "num_gpus": integer(1)}
-
-
 MIRROR_VENDORS = ("amd",)
 
 
-def _mirror(devices: dict[str, Device]) -> Parse:
+def mirror_reader(devices: dict[str, Device]) -> Parse:
     def parse(doc: Document, path: str, value: Any) -> tuple[tuple[str, Any], ...]:
         vendors = Section(doc, path, "a step's mirrors by vendor", MIRROR_VENDORS)
         return tuple(
-            (vendor, _read_fields(doc, join(path, vendor), f"the {vendor} mirror", mirror_fields(devices),
-                                  required=("device",)))
+            (vendor, _read_fields(doc, join(path, vendor), f"the {vendor} mirror",
+                                  ci_infra_keys.fields(ci_infra_keys.MIRROR, devices), required=("device",)))
             for vendor in vendors.data
         )
 
@@ -130,18 +82,25 @@ def _read_fields(doc: Document, path: str, what: str, fields: dict[str, Parse],
                  for key, value in section.data.items() if value is not None)
 
 
-def _check_step_rules(doc: Document, path: str, fields: dict[str, Any]) -> None:
+def _check_step_rules(doc: Document, path: str, fields: dict[str, Any], devices: dict[str, Device]) -> None:
     """ci-infra's own validators, reported where they apply instead of failing its pipeline upload."""
     if "num_nodes" in fields and "num_devices" not in fields:
         raise doc.error(join(path, "num_nodes"), "expected num_devices beside num_nodes (ci-infra requires it)")
     if ("concurrency" in fields) != ("concurrency_group" in fields):
         present = "concurrency" if "concurrency" in fields else "concurrency_group"
         raise doc.error(join(path, present), "expected concurrency and concurrency_group together")
+    device = devices[fields["device"]].test_area_device if "device" in fields else None
+    if fields.get("automatic_shard") and device in KUBERNETES_DEVICES:
+        raise doc.error(join(path, "automatic_shard"),
+                        f"ci-infra refuses automatic_shard on device {device!r}, which it runs through its Kubernetes "
+                        f"plugin ({', '.join(KUBERNETES_DEVICES)}); expected a device of the docker plugin (e.g. "
+                        f"h200_35gb) or automatic_shard left out")
 
 
 def parse_step(doc: Document, path: str, index: int, devices: dict[str, Device]) -> AreaStep:
-    fields = _read_fields(doc, path, f"step {index + 1}", step_fields(devices), required=("label",))
-    _check_step_rules(doc, path, dict(fields))
+    fields = _read_fields(doc, path, f"step {index + 1}", ci_infra_keys.fields(ci_infra_keys.STEP, devices),
+                          required=("label",))
+    _check_step_rules(doc, path, dict(fields), devices)
     return AreaStep(fields, index)
 
 

@@ -10,20 +10,12 @@ from typing import Any
 
 import yaml
 
+from spec_decode_ci.generator import ci_infra_keys
 from spec_decode_ci.generator.errors import InputError
 
-# The step keys ci-infra's pydantic step model reads; anything else it drops without a word.
-CI_INFRA_STEP_KEYS = frozenset(
-    """label key group working_dir depends_on commands device agent_tags num_devices num_nodes
-    source_file_dependencies soft_fail parallelism concurrency concurrency_group timeout_in_minutes
-    mount_buildkite_agent env retry optional no_plugin no_gpu dind mirror""".split()
-)
-# The keys ci-infra reads from `mirror.amd`, plus `parallelism`, which vLLM writes there (ci-infra uses the parent's).
-CI_INFRA_MIRROR_KEYS = frozenset(
-    """label device num_devices num_gpus num_nodes working_dir timeout_in_minutes optional soft_fail parallelism
-    concurrency concurrency_group agent_tags no_plugin no_gpu dind env depends_on source_file_dependencies
-    commands""".split()
-)
+# The keys ci-infra reads on a step and in its AMD mirror (ci_infra_keys); anything else it drops without a word.
+CI_INFRA_STEP_KEYS = frozenset(ci_infra_keys.names(ci_infra_keys.STEP))
+CI_INFRA_MIRROR_KEYS = frozenset(ci_infra_keys.names(ci_infra_keys.MIRROR))
 TEST_AREA_TOP_KEYS = frozenset({"group", "depends_on", "steps"})
 
 

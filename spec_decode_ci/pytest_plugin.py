@@ -23,6 +23,7 @@ MARKERS = {
     "packaging": "the installed wheel runs its suites beside a decoy vLLM tests tree (needs vLLM there)",
     "harness": "the harness's checks of itself on the installed vLLM: its breakage reports, its GPU self-check's "
                "breaks, its tiny models, its generated steps' collection",
+    "vllm_area": "vLLM's own spec-decode test-area file (in the checkout the step runs in) says what the matrix says",
 }
 VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging", "harness"}
 # Tests of these markers drive vLLM's FlashInfer backend module (imported before they are collected).

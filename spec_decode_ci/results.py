@@ -42,8 +42,11 @@ HOST_SYNC_SITES = "host_sync_sites"  # {"file:line in function": syncs over the 
 HOST_SYNCS_PER_STEP_MAX = "host_syncs_per_step_max"
 MIXED_BATCHES = "mixed_batches"
 ENGINE_START_S = "engine_start_s"  # {"speculative": s, "baseline": s}: LLM() until it returns
+# {"upstream", "kept", "added", "removed", "changed": {key: [notes]}, "file_keys", "to_copy": YAML}: vLLM's test-area
+# file against the matrix (generator.upstream)
+VLLM_AREA_DRIFT = "vllm_area_drift"
 FIGURES = (ACCEPTANCE_PER_POSITION, ACCEPTANCE_LENGTH, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX, MIXED_BATCHES,
-           ENGINE_START_S)
+           ENGINE_START_S, VLLM_AREA_DRIFT)
 MESSAGE_CHARS = 600  # a check's message is cut here: an annotation must stay short
 
 

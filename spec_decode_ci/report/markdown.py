@@ -8,7 +8,7 @@ import jinja2
 
 from spec_decode_ci.report.compare import RED, Mark
 from spec_decode_ci.results import (
-    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNCS_PER_STEP_MAX, OUTCOMES,
+    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNCS_PER_STEP_MAX, OUTCOMES, VLLM_AREA_DRIFT,
 )
 
 ICONS = {"failed": "❌", "error": "💥", "passed": "✅", "skipped": "⏭️"}
@@ -100,7 +100,9 @@ def render(results: dict[str, Any], marks: list[Mark], baseline_line: str) -> st
                 for case in results["cases"] for c in case["checks"] if c["outcome"] in RED]
     cases = sorted(results["cases"], key=lambda c: (OUTCOMES.index(_worst(c["checks"])), c["id"]))
     title = results["step"].get("label") or results["step"].get("key") or "spec-decode-ci"
+    drifts = [d for c in results["cases"] for d in [c["figures"].get(VLLM_AREA_DRIFT)]
+              if isinstance(d, dict) and (d.get("changed") or d.get("added") or d.get("removed") or d.get("file_keys"))]
     return _ENV.get_template("annotation.md.j2").render(
         title=cell(title), verdict="red" if red(results) else "green", about=about(results),
-        baseline_line=baseline_line, failures=failures, worse=[m for m in marks if m.worse],
+        baseline_line=baseline_line, failures=failures, drifts=drifts, worse=[m for m in marks if m.worse],
         rows=[row(c, by_case.get(c["id"], [])) for c in cases])

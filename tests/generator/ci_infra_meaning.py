@@ -10,7 +10,7 @@ from spec_decode_ci.generator.routing import queue_for
 
 DEFAULT_WORKING_DIR = "/vllm-workspace/tests"
 STEP_DEFAULTS = {"soft_fail": False, "optional": False, "mount_buildkite_agent": False, "no_plugin": False,
-                 "no_gpu": False, "dind": True}
+                 "no_gpu": False, "dind": True, "automatic_shard": False}
 
 
 def _mirror(step: dict[str, Any], amd: dict[str, Any], parent_sources: list[str]) -> dict[str, Any]:
