@@ -50,6 +50,9 @@ class Device:
     capabilities: tuple[str, ...]
     depends_on: tuple[str, ...] | None  # image builds a suite step on this device waits for
     sm_count: int | None = None  # streaming multiprocessors of one GPU (an emulated GPU of this device reports it)
+    # attention backend -> the least CUDA-graph runtime mode (CUDA_GRAPH_MODES) vLLM must dispatch for the uniform
+    # speculative-decoding batches (1 + k queries a request) of a target on this device; checked by the e2e tier
+    spec_decode_cuda_graphs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,20 @@ def parse_matrix(doc: Document) -> Matrix:
 
 
 DEVICE_KEYS = ("test_area_device", "display_name", "emoji", "gpu_name", "memory_gib", "compute_capability",
-               "sm_count", "gpus_per_agent", "capabilities", "depends_on")
+               "sm_count", "gpus_per_agent", "capabilities", "depends_on", "spec_decode_cuda_graphs")
+CUDA_GRAPH_MODES = ("NONE", "PIECEWISE", "FULL")  # vLLM's CUDAGraphMode runtime modes, least first
+BACKEND_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def cuda_graph_floors(doc: Document, path: str, value: Any) -> tuple[tuple[str, str], ...]:
+    """``spec_decode_cuda_graphs``: {vLLM attention backend name: a runtime mode of CUDA_GRAPH_MODES}."""
+    if not isinstance(value, dict) or not value:
+        raise doc.error(path, "expected a mapping of attention backend (e.g. FLASHINFER) to a CUDA-graph mode "
+                              f"({', '.join(CUDA_GRAPH_MODES)})")
+    mode = one_of(CUDA_GRAPH_MODES)
+    return tuple((text(doc, join(path, backend), backend, pattern=BACKEND_NAME_RE,
+                       hint="a vLLM attention backend name such as FLASHINFER"), mode(doc, join(path, backend), m))
+                 for backend, m in value.items())
 
 
 def _parse_device(doc: Document, path: str, name: str) -> Device:
@@ -175,6 +191,7 @@ def _parse_device(doc: Document, path: str, name: str) -> Device:
         ),
         depends_on=r.get("depends_on", text_list()),
         sm_count=r.get("sm_count", integer(1)),
+        spec_decode_cuda_graphs=r.get("spec_decode_cuda_graphs", cuda_graph_floors, ()),
     )
 
 

@@ -92,6 +92,17 @@ def this_machine() -> Machine:
     return Machine(device, caps, f"recognised from {path.name}" if device else f"not a device of {path.name}")
 
 
+def device_record(machine: Machine | None = None):
+    """The matrix's ``Device`` of this machine (the matrix found as for ``this_machine``, else the one the package
+    carries), or None where this machine is no device of it."""
+    machine = machine or this_machine()
+    if machine.device is None:
+        return None
+    from spec_decode_ci.generator.model import load_matrix
+
+    return load_matrix(find_matrix() or PACKAGED_MATRIX).devices.get(machine.device)
+
+
 def missing(required: tuple[str, ...], machine: Machine | None = None) -> str | None:
     """Why a test needing ``required`` cannot run here (None when it can)."""
     machine = machine or this_machine()

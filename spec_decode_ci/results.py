@@ -45,8 +45,11 @@ ENGINE_START_S = "engine_start_s"  # {"speculative": s, "baseline": s}: LLM() un
 # {"upstream", "kept", "added", "removed", "changed": {key: [notes]}, "file_keys", "to_copy": YAML}: vLLM's test-area
 # file against the matrix (generator.upstream)
 VLLM_AREA_DRIFT = "vllm_area_drift"
+# {"resolved", "compile_mode", "max_capture_size", "dispatched": {"target.spec_decode": {mode: batches}, ...},
+#  "vllm_said": [log lines], "expected": mode | null}: the CUDA-graph mode a speculative engine ran (e2e.cuda_graphs)
+CUDA_GRAPHS = "cuda_graphs"
 FIGURES = (ACCEPTANCE_PER_POSITION, ACCEPTANCE_LENGTH, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX, MIXED_BATCHES,
-           ENGINE_START_S, VLLM_AREA_DRIFT)
+           ENGINE_START_S, VLLM_AREA_DRIFT, CUDA_GRAPHS)
 MESSAGE_CHARS = 600  # a check's message is cut here: an annotation must stay short
 
 

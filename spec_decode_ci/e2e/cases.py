@@ -48,7 +48,7 @@ class EngineSettings:
     max_model_len: int
     gpu_memory_utilization: float
     seed: int
-    enforce_eager: bool
+    enforce_eager: bool  # a case's own `enforce_eager` overrides it (Case.eager)
     skip_tokenizer_init: bool  # prompts then go in as token ids (tiny models ship no tokenizer)
     requires: tuple[str, ...]  # hardware_matrix.yaml capabilities the runs need
     min_mixed_batches: int  # mixed prefill + decode builds each speculative run must show
@@ -81,6 +81,9 @@ class Case:
     # One-sided, relative (as vLLM's acceptance-length test): each position at least reference x (1 - rtol).
     acceptance_per_position_rtol: float | None = None
     prompt_set: str = "config"  # PROMPT_SETS
+    # This case's engines without CUDA graphs or torch.compile (the engine's `enforce_eager` otherwise): one eager
+    # case per suite tells a bug of one mode from a bug of both.
+    enforce_eager: bool | None = None
 
     @property
     def acceptance_length_floor(self) -> float:
@@ -140,6 +143,7 @@ def _parse_case(doc, path: str, suite: str) -> Case:
         acceptance_per_position_tolerance=r.get("acceptance_per_position_tolerance", fraction, 0.0),
         acceptance_per_position_rtol=r.get("acceptance_per_position_rtol", fraction),
         prompt_set=r.get("prompt_set", one_of(PROMPT_SETS), "config"),
+        enforce_eager=r.get("enforce_eager", boolean),
     )
     r.finish()
     if case.acceptance_per_position_rtol is not None:
@@ -249,6 +253,11 @@ def offline_engine_config(config: SuiteConfig, case: Case, speculative: bool):
         return engine_config(config, case, speculative)
 
 
+def eager(config: SuiteConfig, case: Case) -> bool:
+    """Whether ``case``'s engines run without CUDA graphs and torch.compile."""
+    return config.engine.enforce_eager if case.enforce_eager is None else case.enforce_eager
+
+
 def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[str, Any]:
     """``LLM`` / ``EngineArgs`` keyword arguments for the target alone, or for target + drafter."""
     e = config.engine
@@ -257,7 +266,7 @@ def engine_kwargs(config: SuiteConfig, case: Case, speculative: bool) -> dict[st
         enable_chunked_prefill=e.enable_chunked_prefill, max_num_seqs=e.max_num_seqs,
         max_num_batched_tokens=e.max_num_batched_tokens, max_model_len=e.max_model_len,
         gpu_memory_utilization=e.gpu_memory_utilization, seed=e.seed, trust_remote_code=case.trust_remote_code,
-        attention_config={"use_trtllm_attention": e.use_trtllm_attention}, enforce_eager=e.enforce_eager,
+        attention_config={"use_trtllm_attention": e.use_trtllm_attention}, enforce_eager=eager(config, case),
         skip_tokenizer_init=e.skip_tokenizer_init,
     )
     if not speculative:

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from spec_decode_ci.e2e.case_runs import CaseRuns
-from spec_decode_ci.e2e.cases import Case, SuiteConfig
+from spec_decode_ci.e2e.cases import Case, SuiteConfig, eager
+from spec_decode_ci.e2e.cuda_graphs import shortfall
 from spec_decode_ci.e2e.runner import Run, prompts
 from spec_decode_ci.e2e.runner_choice import check_ran_on_asked
 from spec_decode_ci.results import (
-    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX, MIXED_BATCHES,
-    RUNNER_PROPERTY,
+    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, CUDA_GRAPHS, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX,
+    MIXED_BATCHES, RUNNER_PROPERTY,
 )
 
 def record_wall_time(record_property, run: Run, name: str) -> None:
@@ -186,6 +187,41 @@ def check_attention_backends(runs: CaseRuns, case: Case, record_property) -> Non
     assert not elsewhere, f"layers not on {wanted}: {elsewhere}"
 
 
+def cuda_graph_floor(backend: str) -> tuple[str | None, str]:
+    """(the least CUDA-graph mode the matrix asks of a target's spec-decode batches with ``backend`` on this machine,
+    or None; where that was read, for skip reasons)."""
+    from spec_decode_ci import capabilities
+
+    machine = capabilities.this_machine()
+    device = capabilities.device_record(machine)
+    if device is None:
+        return None, f"this machine is no device of the hardware matrix ({machine.how})"
+    floor = dict(device.spec_decode_cuda_graphs).get(backend)
+    return floor, f"device {device.name}: spec_decode_cuda_graphs has no {backend}" if floor is None else ""
+
+
+def check_cuda_graph_mode(runs: CaseRuns, case: Case, record_property) -> None:
+    """The CUDA-graph mode the speculative engine dispatched for the target's uniform spec-decode batches (1 + k
+    query tokens a request) is at least what the hardware matrix asks of this device and backend; an eager case
+    dispatches no graph at all."""
+    spec = speculative_run(runs, case, record_property)
+    query_len = 1 + case.num_speculative_tokens
+    figure = spec.graphs.figure(query_len)
+    if eager(runs.config, case):
+        record_property(CUDA_GRAPHS, {**figure, "expected": "NONE"})
+        graphed = {d.mode for d in spec.graphs.dispatches} - {"NONE"}
+        assert spec.graphs.resolved == "NONE" and not graphed, (
+            f"expected an eager case (enforce_eager) to run no CUDA graph; came resolved mode {spec.graphs.resolved}, "
+            f"dispatched {figure['dispatched']}. Look: how the case's engine is configured (cases.engine_kwargs)")
+        return
+    floor, why = cuda_graph_floor(runs.config.engine.attention_backend)
+    record_property(CUDA_GRAPHS, {**figure, "expected": floor})
+    if floor is None:
+        pytest.skip(f"no CUDA-graph expectation for spec decode here: {why}")
+    problem = shortfall(spec.graphs, query_len, floor)
+    assert problem is None, problem
+
+
 class SuiteTests:
     """The e2e tests of one suite; a module subclasses it with ``suite = "<name>"`` and gets one test per
     check and case (``case`` is parametrized from spec_decode_ci/e2e/cases.yaml, ``runs`` built, by the pytest plugin)."""
@@ -210,3 +246,6 @@ class SuiteTests:
 
     def test_every_layer_on_the_configured_backend(self, runs, case, record_property):
         check_attention_backends(runs, case, record_property)
+
+    def test_cuda_graph_mode_at_least_the_matrixs(self, runs, case, record_property):
+        check_cuda_graph_mode(runs, case, record_property)

@@ -19,6 +19,7 @@ from unittest import mock
 
 from spec_decode_ci import compat
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
+from spec_decode_ci.e2e.cuda_graphs import GraphLog, engine_graphs_of, logged_mode, observed_dispatches
 from spec_decode_ci.e2e.runner_choice import engine_env, runner_log
 from spec_decode_ci.e2e.step_syncs import StepLog, observed_steps
 from spec_decode_ci.sync import SyncSite, cuda_sync_warnings, refused_sync_site
@@ -65,6 +66,7 @@ class Run:
     runner_log: list[str] = field(default_factory=list)  # what vLLM logged of its model runner at the start
     # Where sync debug mode "error" (vLLM's own sync check) refused a host sync and so stopped generate()
     stopped_at_sync: SyncSite | None = None
+    graphs: GraphLog = field(default_factory=GraphLog)  # the CUDA-graph mode resolved and dispatched per batch
 
     @property
     def acceptance_per_position(self) -> list[float]:
@@ -194,16 +196,17 @@ def _free_gpu_memory() -> None:
 def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
     from vllm import LLM, SamplingParams
 
-    log, steps = BuildLog(), StepLog()
+    log, steps, graphs = BuildLog(), StepLog(), GraphLog()
     start = time.perf_counter()
     with ExitStack() as stack:
         stack.enter_context(mock.patch.dict(os.environ, engine_env()))  # the caller's is restored after
         stack.enter_context(observed_builds(log, 1 + case.num_speculative_tokens if speculative else 1))
         stack.enter_context(compat.vllm_sync_check_as_errors())  # vLLM's own check too, where it has one
-        with runner_log() as runner_logged:
+        with runner_log() as runner_logged, logged_mode() as graphs.logged:
             llm = LLM(**engine_kwargs(config, case, speculative), disable_log_stats=False)
         started = time.perf_counter() - start
         stack.enter_context(observed_steps(steps))  # the steps of generate(), not the engine's warm-up
+        stack.enter_context(observed_dispatches(graphs))  # nor its graph captures
         tokens_only = config.engine.skip_tokenizer_init
         inputs, sampling = case_prompts(config, case, llm)
         params = SamplingParams(temperature=0.0, detokenize=not tokens_only, **sampling)
@@ -219,9 +222,11 @@ def run_case(config: SuiteConfig, case: Case, speculative: bool) -> Run:
             counters, per_position = _counters(llm) if speculative else ({}, [])
             backends = {k: v for worker in llm.collective_rpc(attention_backends_of) for k, v in worker.items()}
             runner = compat.runner_name(llm.collective_rpc(model_runner_of)[0])
+            for name, value in llm.collective_rpc(engine_graphs_of)[0].items():
+                setattr(graphs, name, value)
     wall = time.perf_counter() - start
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
     del llm, outputs
     _free_gpu_memory()  # the next engine of the module needs the memory
     return Run(token_ids, log, counters, wall, backends, steps, started, runner, per_position, runner_logged,
-               stopped_at_sync=stopped)
+               stopped_at_sync=stopped, graphs=graphs)

@@ -8,7 +8,8 @@ import jinja2
 
 from spec_decode_ci.report.compare import RED, Mark
 from spec_decode_ci.results import (
-    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNCS_PER_STEP_MAX, OUTCOMES, VLLM_AREA_DRIFT,
+    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, CUDA_GRAPHS, ENGINE_START_S, HOST_SYNCS_PER_STEP_MAX, OUTCOMES,
+    VLLM_AREA_DRIFT,
 )
 
 ICONS = {"failed": "❌", "error": "💥", "passed": "✅", "skipped": "⏭️"}
@@ -66,6 +67,16 @@ def _start(figure: Any, marked: list[Mark]) -> str:
     return _flag(" / ".join(f"{run} {s:g}" for run, s in figure.items()), ENGINE_START_S, marked)
 
 
+def _graphs(figure: Any) -> str:
+    """The resolved mode, then the target's spec-decode batches by runtime mode, and the mode the matrix asks."""
+    if not isinstance(figure, dict):
+        return NONE
+    spec = (figure.get("dispatched") or {}).get("target.spec_decode") or {}
+    batches = " ".join(f"{mode}×{n}" for mode, n in spec.items()) or "none"
+    expected = f" (≥ {figure['expected']})" if figure.get("expected") else ""
+    return f"{figure.get('resolved') or NONE}; spec batches {batches}{expected}"
+
+
 def row(case: dict[str, Any], marks: list[Mark]) -> list[str]:
     figures = case["figures"]
     moved = "; ".join(f"{WORSE if m.worse else BETTER} {m.figure}: {m.text}" for m in marks)
@@ -76,7 +87,7 @@ def row(case: dict[str, Any], marks: list[Mark]) -> list[str]:
         _per_position(figures.get(ACCEPTANCE_PER_POSITION), marks),
         _plain(figures.get(ACCEPTANCE_LENGTH), ACCEPTANCE_LENGTH, marks, "{:.3f}"),
         _plain(figures.get(HOST_SYNCS_PER_STEP_MAX), HOST_SYNCS_PER_STEP_MAX, marks),
-        _start(figures.get(ENGINE_START_S), marks), moved or NONE)]
+        _graphs(figures.get(CUDA_GRAPHS)), _start(figures.get(ENGINE_START_S), marks), moved or NONE)]
 
 
 def about(results: dict[str, Any]) -> str:

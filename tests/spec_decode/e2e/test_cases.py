@@ -96,3 +96,14 @@ def test_vllms_acceptance_references_are_cases_on_its_prompts():
         0.7296, 0.5208, 0.3545)
     assert references["RedHatAI/Qwen3-8B-speculator.eagle3"].acceptance_per_position == (0.6541, 0.3993, 0.2020)
     assert {(c.num_speculative_tokens, c.acceptance_per_position_rtol) for c in references.values()} == {(3, 0.05)}
+
+
+@pytest.mark.parametrize("path", [cases.CONFIG_PATH, cases.SMOKE_CONFIG_PATH], ids=lambda p: p.name)
+def test_each_suite_runs_graphs_and_keeps_one_eager_case(path):
+    """CUDA graphs and torch.compile as vLLM runs by default, and one eager case per suite."""
+    config = cases.parse(path)
+    for suite, suite_cases in config.suites.items():
+        eager = [c.id for c in suite_cases if cases.eager(config, c)]
+        assert len(eager) == 1 and len(eager) < len(suite_cases), (
+            f"expected one eager case in suite {suite} of {path.name} beside cases with graphs; came eager {eager} "
+            f"of {[c.id for c in suite_cases]}")

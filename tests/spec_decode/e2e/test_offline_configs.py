@@ -39,6 +39,20 @@ def test_every_e2e_suite_has_cases():
     assert e2e_suites() and all(CONFIG.cases(s) for s in e2e_suites())
 
 
+def graphs_as_configured(engine, config, case) -> None:
+    """torch.compile and CUDA graphs asked for, as vLLM runs by default, unless the case is its suite's eager one.
+    (Which graph mode vLLM then resolves is decided on the GPU, by the attention backends: the e2e check reads it.)"""
+    compilation, eager = engine.compilation_config, cases.eager(config, case)
+    assert engine.model_config.enforce_eager is eager, (
+        f"expected enforce_eager {eager} for {case.id}; came {engine.model_config.enforce_eager}. Look: "
+        f"cases.engine_kwargs, the case's enforce_eager")
+    if eager:
+        assert compilation.cudagraph_mode.name == "NONE", f"eager case {case.id} has {compilation.cudagraph_mode}"
+    else:
+        assert compilation.mode.name == "VLLM_COMPILE", (
+            f"expected torch.compile (VLLM_COMPILE) for {case.id}; came {compilation.mode.name}")
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.suite}-{c.id}" for c in CASES])
 def test_engine_config(hub, case):
     config = engine_config(case, speculative=True)
@@ -59,6 +73,7 @@ def test_engine_config(hub, case):
             f"drafter attention backend {pinned!r}, not the {CONFIG.engine.attention_backend} passed in "
             f"speculative_config{dropped}")
 
+    graphs_as_configured(config, CONFIG, case)
     e = CONFIG.engine
     assert config.attention_config.backend.name == e.attention_backend
     assert config.attention_config.use_trtllm_attention is e.use_trtllm_attention
@@ -93,6 +108,7 @@ def test_smoke_engine_config(smoke_config, suite, index):
     """The GPU smoke's cases build their engine configuration too."""
     config, case = smoke_config, smoke_config.cases(suite)[index]
     engine = cases.offline_engine_config(config, case, speculative=True)
+    graphs_as_configured(engine, config, case)
     assert engine.speculative_config.method == case.method
     assert engine.model_config.model == case.target
     if compat.drafter_attention_backend_settable():
