@@ -5,13 +5,13 @@ speculative-decoding batches must get is the hardware matrix's (``Device.spec_de
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 from unittest import mock
 
+from spec_decode_ci.e2e.vllm_log import vllm_log_lines
 from spec_decode_ci.generator.model import CUDA_GRAPH_MODES
 
 
@@ -96,23 +96,9 @@ def observed_dispatches(log: GraphLog) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def logged_mode() -> Iterator[list[str]]:
+def logged_mode():
     """vLLM's log lines about its CUDA-graph mode while inside (a downgrade names the backend and its support)."""
-    lines: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            message = record.getMessage()
-            if "cudagraph_mode" in message or "CUDAGraphMode" in message:
-                lines.append(message)
-
-    logger, handler = logging.getLogger("vllm"), Keep(logging.INFO)
-    logger.addHandler(handler)
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
+    return vllm_log_lines(lambda message: "cudagraph_mode" in message or "CUDAGraphMode" in message)
 
 
 def engine_graphs_of(worker) -> dict[str, Any]:

@@ -9,7 +9,6 @@ not shipped) is skipped with vLLM's reason; a case whose engine runs another run
 
 from __future__ import annotations
 
-import logging
 import os
 from contextlib import contextmanager
 from typing import Iterator
@@ -17,6 +16,7 @@ from unittest import mock
 
 from spec_decode_ci import compat
 from spec_decode_ci.e2e import cases
+from spec_decode_ci.e2e.vllm_log import vllm_log_lines
 
 RUNNER_ENV = "SPEC_DECODE_E2E_RUNNER"
 VLLM_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"  # vLLM's own switch between its GPU model runners
@@ -43,23 +43,9 @@ def engine_env() -> dict[str, str]:
     return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **vllm_runner_env()}
 
 
-@contextmanager
-def runner_log() -> Iterator[list[str]]:
+def runner_log():
     """vLLM's log lines that speak of its model runner, while inside (its reasons for falling back)."""
-    lines: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            message = record.getMessage()
-            if "runner" in message.lower():
-                lines.append(message)
-
-    logger, handler = logging.getLogger("vllm"), Keep(logging.INFO)
-    logger.addHandler(handler)
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
+    return vllm_log_lines(lambda message: "runner" in message.lower())
 
 
 def _configured_runner(config: cases.SuiteConfig, case: cases.Case) -> str:
