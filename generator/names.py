@@ -13,6 +13,11 @@ RESULTS_OPTION = "--spec-decode-results"  # the harness plugin's pytest option t
 RESULTS_DIR = "spec-decode-results"  # where suite steps write their results files (spec_decode_ci.results)
 
 
+def file_above(start: Path, relative: Path | str) -> Path | None:
+    """The file ``relative`` in directory ``start`` or in the nearest of its parents that has one."""
+    return next((d / relative for d in (start, *start.parents) if (d / relative).is_file()), None)
+
+
 def matrix_above(start: Path) -> Path | None:
     """The hardware matrix in directory ``start`` or in the nearest of its parents that has one."""
-    return next((d / MATRIX_NAME for d in (start, *start.parents) if (d / MATRIX_NAME).is_file()), None)
+    return file_above(start, MATRIX_NAME)

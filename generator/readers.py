@@ -162,7 +162,8 @@ def env_mapping(doc: Document, path: str, value: Any) -> tuple[tuple[str, str], 
             raise doc.error(join(path, name), f"expected a string or integer value, got {_kind(setting)}")
         # an empty value is a variable set to nothing (ci-infra's `Dict[str, str]`; the generator writes one for a
         # device without capabilities)
-        out.append((name, text(doc, join(path, name), str(setting)) if str(setting) else ""))
+        setting = str(setting)
+        out.append((name, text(doc, join(path, name), setting) if setting else ""))
     return tuple(out)
 
 

@@ -23,8 +23,8 @@ FILE_KEYS = ("group", "depends_on")  # the file's own keys, which every step inh
 @dataclass(frozen=True)
 class StepChange:
     key: str
-    keys: tuple[str, ...]  # the keys whose values differ; a mirror's as mirror.amd.<key>
-    notes: tuple[str, ...]  # per changed key: matrix value -> vLLM's value, or the list entries added / removed
+    notes: tuple[str, ...]  # per changed key (a mirror's as mirror.amd.<key>): matrix value -> vLLM's value, or the
+    # list entries added / removed
 
 
 @dataclass
@@ -46,7 +46,7 @@ class AreaDrift:
 
     def as_figure(self) -> dict[str, Any]:
         """Plain data for a results file (``spec_decode_ci.results``) and the annotation."""
-        return {"upstream": self.upstream, "kept": self.kept, "added": self.added, "removed": self.removed,
+        return {"upstream": self.upstream, "differs": self.differs, "kept": self.kept, "added": self.added, "removed": self.removed,
                 "changed": {c.key: list(c.notes) for c in self.changed}, "file_keys": self.file_keys,
                 "to_copy": self.copy_text()}
 
@@ -76,8 +76,8 @@ def step_id(fields: dict[str, Any]) -> str:
     return fields.get("key") or fields["label"].replace(" ", "-").lower().replace("(", "").replace(")", "")
 
 
-def _notes(key: str, ours: Any, theirs: Any) -> list[tuple[str, str]]:
-    """(key, note) for each difference of one key; a mirror is compared key by key."""
+def _notes(key: str, ours: Any, theirs: Any) -> list[str]:
+    """A note for each difference of one key; a mirror is compared key by key."""
     if key == "mirror" and isinstance(ours, dict) and isinstance(theirs, dict):
         out = []
         for vendor in sorted(set(ours) | set(theirs)):
@@ -89,12 +89,12 @@ def _notes(key: str, ours: Any, theirs: Any) -> list[tuple[str, str]]:
         plus = [f"+ {v}" for v in theirs if v not in ours]
         minus = [f"- {v}" for v in ours if v not in theirs]
         moved = [] if plus or minus else ["reordered"]
-        return [(key, f"{key} ({', '.join(plus + minus + moved)})")]
+        return [f"{key} ({', '.join(plus + minus + moved)})"]
     if theirs is None:
-        return [(key, f"{key} ({ours!r} in the matrix, absent in vLLM's file)")]
+        return [f"{key} ({ours!r} in the matrix, absent in vLLM's file)"]
     if ours is None:
-        return [(key, f"{key} (absent in the matrix, {theirs!r} in vLLM's file)")]
-    return [(key, f"{key} ({ours!r} in the matrix, {theirs!r} in vLLM's file)")]
+        return [f"{key} (absent in the matrix, {theirs!r} in vLLM's file)"]
+    return [f"{key} ({ours!r} in the matrix, {theirs!r} in vLLM's file)"]
 
 
 def compare(matrix: Matrix, upstream: Document, locate) -> AreaDrift:
@@ -120,7 +120,7 @@ def compare(matrix: Matrix, upstream: Document, locate) -> AreaDrift:
         notes = [note for k in dict.fromkeys([*step, *theirs[key]]) if step.get(k) != theirs[key].get(k)
                  for note in _notes(k, step.get(k), theirs[key].get(k))]
         if notes:
-            drift.changed.append(StepChange(key, tuple(k for k, _ in notes), tuple(n for _, n in notes)))
+            drift.changed.append(StepChange(key, tuple(notes)))
         else:
             drift.kept.append(key)
     followed = set(drift.added) | {c.key for c in drift.changed}

@@ -42,7 +42,7 @@ HOST_SYNC_SITES = "host_sync_sites"  # {"file:line in function": syncs over the 
 HOST_SYNCS_PER_STEP_MAX = "host_syncs_per_step_max"
 MIXED_BATCHES = "mixed_batches"
 ENGINE_START_S = "engine_start_s"  # {"speculative": s, "baseline": s}: LLM() until it returns
-# {"upstream", "kept", "added", "removed", "changed": {key: [notes]}, "file_keys", "to_copy": YAML}: vLLM's test-area
+# {"upstream", "differs", "kept", "added", "removed", "changed": {key: [notes]}, "file_keys", "to_copy": YAML}: vLLM's test-area
 # file against the matrix (generator.upstream)
 VLLM_AREA_DRIFT = "vllm_area_drift"
 # {"resolved", "compile_mode", "max_capture_size", "dispatched": {"target.spec_decode": {mode: batches}, ...},

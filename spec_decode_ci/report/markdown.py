@@ -112,7 +112,7 @@ def render(results: dict[str, Any], marks: list[Mark], baseline_line: str) -> st
     cases = sorted(results["cases"], key=lambda c: (OUTCOMES.index(_worst(c["checks"])), c["id"]))
     title = results["step"].get("label") or results["step"].get("key") or "spec-decode-ci"
     drifts = [d for c in results["cases"] for d in [c["figures"].get(VLLM_AREA_DRIFT)]
-              if isinstance(d, dict) and (d.get("changed") or d.get("added") or d.get("removed") or d.get("file_keys"))]
+              if isinstance(d, dict) and d.get("differs")]
     return _ENV.get_template("annotation.md.j2").render(
         title=cell(title), verdict="red" if red(results) else "green", about=about(results),
         baseline_line=baseline_line, failures=failures, drifts=drifts, worse=[m for m in marks if m.worse],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from spec_decode_ci.generator.routing import queue_for
+from spec_decode_ci.generator.upstream import step_id
 
 DEFAULT_WORKING_DIR = "/vllm-workspace/tests"
 STEP_DEFAULTS = {"soft_fail": False, "optional": False, "mount_buildkite_agent": False, "no_plugin": False,
@@ -57,8 +58,7 @@ def effective_steps(data: dict[str, Any], path: str) -> dict[str, dict[str, Any]
         mirror = (step.get("mirror") or {}).get("amd")
         if mirror:
             effective["mirror_amd"] = _mirror(step, mirror, step.get("source_file_dependencies") or [])
-        key = step.get("key") or step["label"].replace(" ", "-").lower().replace("(", "").replace(")", "")
-        out[key] = effective
+        out[step_id(step)] = effective
     return out
 
 

@@ -11,21 +11,16 @@ import pytest
 
 from spec_decode_ci.generator import load, model, upstream
 from spec_decode_ci.generator.errors import InputError
-from spec_decode_ci.generator.names import MATRIX_NAME
+from spec_decode_ci.generator.names import MATRIX_NAME, file_above
 from spec_decode_ci.results import VLLM_AREA_DRIFT
 
 AREA_FILE = Path(".buildkite") / "test_areas" / "spec_decode.yaml"
 
 
-def vllm_area_file(start: Path) -> Path | None:
-    """vLLM's spec_decode.yaml in ``start`` or the nearest parent holding one."""
-    return next((d / AREA_FILE for d in (start, *start.parents) if (d / AREA_FILE).is_file()), None)
-
-
 @pytest.mark.vllm_area
 def test_vllm_area_file_says_what_the_matrix_says(record_property):
     """Per step of vLLM's file: kept; a changed key, an added or a removed step fails, naming them."""
-    found = vllm_area_file(Path.cwd())
+    found = file_above(Path.cwd(), AREA_FILE)  # vLLM's file, above the step's working directory
     if found is None:
         pytest.skip(f"no {AREA_FILE} in {Path.cwd()} or above: run this in a vLLM checkout (its tests/ folder)")
     matrix_file = Path(model.__file__).parent.parent / MATRIX_NAME  # the matrix this package was generated from
