@@ -34,6 +34,9 @@ class Backend:
     # top-level definitions a copy of it compiles again, in a namespace that is otherwise the module's own.
     # Empty: a copy compiles the whole module.
     recompiled: tuple[str, ...] = ()
+    # The functions of ``module`` the self-check's mutation run makes operator mutants of (``Class.method`` or a
+    # module-level function): the builder's ``build()`` and the helpers it calls (spec_decode_ci.mutation).
+    mutated: tuple[str, ...] = ()
 
     def options_class(self) -> type:
         return _resolve(self.options)
@@ -55,14 +58,18 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in [
             harness="spec_decode_ci.flashinfer.harness:make_harness",
             gpu_answering=(FLASHINFER_UTILS, "vllm.v1.attention.backends.flashinfer"),
             page_locking=(FLASHINFER_UTILS, "vllm.v1.attention.backends.flashinfer"),
-            kernel_probes=(FLASHINFER_UTILS, "vllm.v1.attention.backends.flashinfer")),
+            kernel_probes=(FLASHINFER_UTILS, "vllm.v1.attention.backends.flashinfer"),
+            mutated=("FlashInferMetadataBuilder.build", "FlashInferMetadataBuilder._compute_decode_query_lens",
+                     "FlashInferMetadataBuilder._compute_flashinfer_kv_metadata",
+                     "FlashInferMetadataBuilder._get_decode_mask")),
     Backend("mla", "vllm.model_executor.layers.attention.mla_attention",
             options="spec_decode_ci.mla.builder:MlaOptions",
             harness="spec_decode_ci.mla.harness:make_harness",
             # the per-platform MLA prefill backend selector, where this vLLM has one
             gpu_answering=("vllm.v1.attention.backends.mla.prefill.selector",),
             page_locking=("vllm.model_executor.layers.attention.mla_attention",),
-            recompiled=("MLACommonMetadataBuilder",)),
+            recompiled=("MLACommonMetadataBuilder",),
+            mutated=("MLACommonMetadataBuilder.build", "build_mla_chunked_context_metadata")),
 ]}
 
 

@@ -24,10 +24,12 @@ MARKERS = {
     "harness": "the harness's checks of itself on the installed vLLM: its breakage reports, its GPU self-check's "
                "breaks, its tiny models, its generated steps' collection",
     "vllm_area": "vLLM's own spec-decode test-area file (in the checkout the step runs in) says what the matrix says",
+    "mutation": "operator mutants of vLLM's builders (--mutants N or all) must each turn the build-path tier red "
+                "or be listed as equivalent",
 }
-VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging", "harness"}
+VLLM_MARKERS = {"build_path", "selfcheck", "e2e", "e2e_offline", "packaging", "harness", "mutation"}
 # Tests of these markers drive vLLM's FlashInfer backend module (imported before they are collected).
-FLASHINFER_MARKERS = {"build_path", "selfcheck", "harness"}
+FLASHINFER_MARKERS = {"build_path", "selfcheck", "harness", "mutation"}
 FLASHINFER_BACKEND = "vllm.v1.attention.backends.flashinfer"
 BREAKAGE = "harness_breakage"  # user property of a test that ended in compat.MissingVllmField
 
@@ -36,6 +38,15 @@ def pytest_addoption(parser):
     parser.addoption(RESULTS_OPTION, metavar="PATH", default=None,
                      help="write the run's results file here (JSON: what ran, where, each case's figures and checks; "
                           "spec_decode_ci.results)")
+    parser.addoption("--mutants", metavar="N|all", default="0",
+                     help="the mutation suite: run N operator mutants per backend drawn with --mutation-seed, or all "
+                          "(default 0: none, the suite skips)")
+    parser.addoption("--mutation-seed", type=int, default=0, help="the seed --mutants N draws with")
+    parser.addoption("--mutation-workers", type=int, default=1,
+                     help="tier runs at a time in the mutation suite (each imports vLLM once)")
+    parser.addoption("--mutated-lines", metavar="PATH", default=None,
+                     help="write which lines of the mutated builder functions each test executes (JSON; "
+                          "spec_decode_ci.mutation.coverage)")
 
 
 def pytest_configure(config):
@@ -44,6 +55,11 @@ def pytest_configure(config):
     path = config.getoption(RESULTS_OPTION, None)
     if path and not hasattr(config, "workerinput"):  # under xdist the controller sees every worker's reports
         config.pluginmanager.register(ResultsRecorder(path), "spec_decode_ci_results")
+    lines = config.getoption("--mutated-lines", None)
+    if lines:
+        from spec_decode_ci.mutation.coverage import MutatedLinesRecorder
+
+        config.pluginmanager.register(MutatedLinesRecorder(lines), "spec_decode_ci_mutated_lines")
 
 
 class ResultsRecorder:

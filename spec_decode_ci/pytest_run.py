@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -94,7 +95,7 @@ def _failures(log: Path) -> tuple[Failure, ...]:
 
 def run_pytest(*targets: str, marker: str | None = None, plugins: tuple[str, ...] = (),
                env: dict[str, str] | None = None, workers: int = 0, extra: tuple[str, ...] = (),
-               only: tuple[str, ...] = ()) -> PytestRun:
+               only: tuple[str, ...] = (), timeout_s: int | None = None) -> PytestRun:
     """``pytest`` on ``targets`` (``--pyargs`` module names, or paths) in a child process with the harness's
     plugin after ``plugins``, ``env`` over this process's environment; with ``only``, just the collected tests
     so named (``function[parameters]``)."""
@@ -102,8 +103,12 @@ def run_pytest(*targets: str, marker: str | None = None, plugins: tuple[str, ...
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "failures.jsonl"
         start = time.perf_counter()
-        proc = subprocess.run(command, env={**os.environ, **(env or {}), **_run_env(log, only)}, capture_output=True,
-                              text=True)
+        try:
+            proc = subprocess.run(command, env={**os.environ, **(env or {}), **_run_env(log, only)},
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            output = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+            return PytestRun(TIMED_OUT, output, time.perf_counter() - start, _failures(log))
         wall = time.perf_counter() - start
         failures = _failures(log)
     return PytestRun(proc.returncode, proc.stdout, wall, failures)
@@ -154,14 +159,16 @@ class ForkedPytest:
         return self._left_to_runs
 
     def run(self, *targets: str, marker: str | None = None, plugins: tuple[str, ...] = (),
-            env: dict[str, str] | None = None, extra: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> PytestRun:
+            env: dict[str, str] | None = None, extra: tuple[str, ...] = (), only: tuple[str, ...] = (),
+            timeout_s: int | None = None) -> PytestRun:
         """As ``run_pytest``, which it falls back to where the server cannot fork (CUDA initialised there: a
-        forked child could not use the GPU)."""
+        forked child could not use the GPU). With ``timeout_s``, a run still going after that many seconds is
+        ended by SIGALRM (exit status ``TIMED_OUT``)."""
         with tempfile.TemporaryDirectory() as tmp:
             log, output = Path(tmp) / "failures.jsonl", Path(tmp) / "output.txt"
             request = {"args": pytest_args(targets, marker, plugins, extra=extra),
                        "env": {**(env or {}), **_run_env(log, only)},
-                       "output": str(output)}
+                       "output": str(output), "timeout_s": timeout_s}
             self.left_to_runs  # noqa: B018 (the preload's line, read before the run's)
             start = time.perf_counter()
             self._server.stdin.write(json.dumps(request) + "\n")
@@ -169,7 +176,8 @@ class ForkedPytest:
             answer = self._reply()
             wall = time.perf_counter() - start
             if answer.get("cannot_fork"):
-                return run_pytest(*targets, marker=marker, plugins=plugins, env=env, extra=extra, only=only)
+                return run_pytest(*targets, marker=marker, plugins=plugins, env=env, extra=extra, only=only,
+                                  timeout_s=timeout_s)
             return PytestRun(answer["returncode"], output.read_text(errors="replace") if output.exists() else "",
                              wall, _failures(log), answer["max_rss_mib"])
 
@@ -203,6 +211,7 @@ def _fork_server() -> None:
               file=replies, flush=True)
 
 
+TIMED_OUT = -signal.SIGALRM  # a forked run's exit status when its timeout_s ran out
 _INITIALISES_CUDA = 101  # the exit status of a preload's trial import that initialised CUDA
 
 
@@ -238,6 +247,8 @@ def _forked_run(request: dict) -> None:
     code = 3  # pytest's "internal error", where the run itself raised
     try:
         os.environ.update(request["env"])
+        if request.get("timeout_s"):
+            signal.alarm(int(request["timeout_s"]))  # the default action ends the process
         out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(out, 1)
         os.dup2(out, 2)

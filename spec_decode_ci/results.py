@@ -48,8 +48,11 @@ VLLM_AREA_DRIFT = "vllm_area_drift"
 # {"resolved", "compile_mode", "max_capture_size", "dispatched": {"target.spec_decode": {mode: batches}, ...},
 #  "vllm_said": [log lines], "expected": mode | null}: the CUDA-graph mode a speculative engine ran (e2e.cuda_graphs)
 CUDA_GRAPHS = "cuda_graphs"
+# {"backend", "generated", "run", "killed", "equivalent", "rate", "goal", "missing_functions", "survivors",
+#  "stale_equivalents", "errors"}: the build-path tier against operator mutants of a backend (mutation.run.Score)
+MUTATION_SCORE = "mutation_score"
 FIGURES = (ACCEPTANCE_PER_POSITION, ACCEPTANCE_LENGTH, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX, MIXED_BATCHES,
-           ENGINE_START_S, VLLM_AREA_DRIFT, CUDA_GRAPHS)
+           ENGINE_START_S, VLLM_AREA_DRIFT, CUDA_GRAPHS, MUTATION_SCORE)
 MESSAGE_CHARS = 600  # a check's message is cut here: an annotation must stay short
 
 

@@ -6,7 +6,8 @@ copy is made of, and how, is its record in ``spec_decode_ci.backends``.
 The copy is compiled from vLLM's own source with one textual change (a ``Patch`` of ``spec_decode_ci.patches``,
 ``selfcheck == "cpu"``) and used only by the harness that asks for it (``SPEC_DECODE_CI_REGRESSION=<name>``);
 vLLM's real module is never modified. If vLLM's code no longer contains the text a regression edits, that is
-the harness's breakage (``PatchDoesNotApply``): the self-check would otherwise silently test nothing.
+the harness's breakage (``PatchDoesNotApply``): the self-check would otherwise silently test nothing. The same
+copy takes an operator mutant instead (``mutant:<backend>:<number>``, ``spec_decode_ci.mutation``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from functools import lru_cache
 from typing import Any
 
 from spec_decode_ci.backends import BACKENDS, Backend, backend_of_module
-from spec_decode_ci.patches import REGRESSIONS, apply
+from spec_decode_ci.mutation.mutants import BuildPathMutant, is_mutant_name, mutant_named
+from spec_decode_ci.patches import REGRESSIONS, Patch
 
 ENV = "SPEC_DECODE_CI_REGRESSION"
 # What a server that forks the tier's runs against the copies imports once (spec_decode_ci.pytest_run.ForkedPytest):
@@ -35,13 +37,14 @@ def _with_recompiled(original: types.ModuleType, definitions: dict[Any, Any], **
     """A module with ``original``'s namespace (``replaced`` names swapped) in which each top-level class or
     function of ``definitions`` is compiled again from its source through its transform (None: unchanged): for
     modules whose import has side effects (custom ops). The classes compiled again call the functions compiled
-    again (both look names up in the copy's namespace)."""
+    again (both look names up in the copy's namespace). A transform gets the definition's lines at their line
+    numbers in the file (empty lines before)."""
     module = types.ModuleType(original.__name__, original.__doc__)
     module.__dict__.update(vars(original))
     module.__dict__.update(replaced)
     for definition, transform in definitions.items():
         lines, first = inspect.getsourcelines(inspect.unwrap(definition))
-        source = "\n" * (first - 1) + (transform or (lambda text: text))("".join(lines))  # vLLM's line numbers
+        source = (transform or (lambda text: text))("\n" * (first - 1) + "".join(lines))  # vLLM's line numbers
         exec(compile(source, original.__file__, "exec"), module.__dict__)
     return module
 
@@ -57,29 +60,42 @@ def _recompiled(backend: Backend, original: types.ModuleType) -> dict[Any, Any]:
     return {getattr(original, name): None for name in backend.recompiled}
 
 
+def change_named(name: str) -> Patch | BuildPathMutant:
+    """The regression (a name of ``REGRESSIONS``) or operator mutant (``mutant:<backend>:<number>``) ``name``."""
+    if is_mutant_name(name):
+        return mutant_named(name)
+    if name not in REGRESSIONS:
+        raise ValueError(f"{name!r} is no regression or mutant; expected one of {sorted(REGRESSIONS)} or "
+                         f"mutant:<backend>:<number>")
+    return REGRESSIONS[name]
+
+
 @lru_cache(maxsize=None)
 def patched_backend(name: str) -> types.ModuleType:
-    """A copy of the module regression ``name`` targets, with the regression applied (for a module whose import
-    has side effects, its backend's ``recompiled`` definitions and the one the regression edits are compiled
+    """A copy of the module regression or mutant ``name`` targets, with the change made (for a module whose
+    import has side effects, its backend's ``recompiled`` definitions and the one the change edits are compiled
     again)."""
     import importlib
 
-    regression = REGRESSIONS[name]
-    original = importlib.import_module(regression.module)
-    backend = _backend(regression.module)
+    change = change_named(name)
+    original = importlib.import_module(change.module)
+    backend = _backend(change.module)
     if backend.recompiled:
-        definition = regression.definition or backend.recompiled[0]
+        definition = change.definition or backend.recompiled[0]
         edited = getattr(original, definition)
         where = f"{original.__file__} ({definition})"
         return _with_recompiled(original, {**_recompiled(backend, original),
-                                           edited: lambda source: apply(regression, source, where)})
-    return _compiled_copy(original, apply(regression, inspect.getsource(original), original.__file__))
+                                           edited: lambda source: change.edit(source, where)})
+    return _compiled_copy(original, change.edit(inspect.getsource(original), original.__file__))
 
 
 def _requested_name() -> str | None:
     name = os.environ.get(ENV)
-    if name and name not in REGRESSIONS:
-        raise ValueError(f"{ENV}={name!r}; expected one of {sorted(REGRESSIONS)}")
+    if name:
+        try:
+            change_named(name)
+        except ValueError as exc:
+            raise ValueError(f"{ENV}: {exc}") from None
     return name or None
 
 
@@ -88,7 +104,7 @@ def _copies(name: str, backend: Backend, builder: type) -> tuple[types.ModuleTyp
     import importlib
 
     original = importlib.import_module(backend.module)
-    if REGRESSIONS[name].module == backend.module:
+    if change_named(name).module == backend.module:
         base = patched_backend(name)
     elif backend.recompiled:
         base = _with_recompiled(original, _recompiled(backend, original))
@@ -108,6 +124,6 @@ def requested(backend: Backend, builder: type) -> tuple[types.ModuleType, types.
     own modules: no regression asked for, or one that edits another backend's module. Each copy defines the
     builder class under its own name."""
     name = _requested_name()
-    if name is None or REGRESSIONS[name].module != backend.module and name != "none":
+    if name is None or change_named(name).module != backend.module and name != "none":
         return None
     return _copies(name, backend, builder)

@@ -53,6 +53,10 @@ class Patch:
     def homes(self) -> tuple[str, ...]:
         return (self.module, *self.other_homes)
 
+    def edit(self, source: str, where: str) -> str:
+        """``source`` with this patch applied (``apply``)."""
+        return apply(self, source, where)
+
     def unobservable_here(self) -> str | None:
         """Why no model runner this vLLM ships hands build() batches that meet the edited code (None: one does;
         the tier shapes batches as each shipped runner does)."""

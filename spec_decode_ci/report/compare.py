@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spec_decode_ci.results import (
-    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX, step_key,
+    ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX,
+    MUTATION_SCORE, step_key,
 )
 
 ACCEPTANCE_TOLERANCE = 0.05  # a rate per draft position that moves less than this is noise
@@ -95,12 +96,25 @@ def against_baseline(case: dict[str, Any], before: dict[str, Any] | None, tolera
             if s is not None and b and s > b * start_ratio:
                 marks.append(Mark(cid, ENGINE_START_S, f"{run} engine start {s:.1f} s, baseline {b:.1f} s "
                                                        f"(over {start_ratio:g}x)", True))
+    marks += _mutation_score_fell(cid, now.get(MUTATION_SCORE), was.get(MUTATION_SCORE))
     outcome_was = {c["test"]: c["outcome"] for c in before["checks"]}
     for check in case["checks"]:
         was_outcome = outcome_was.get(check["test"])
         if check["outcome"] in RED and was_outcome not in RED and was_outcome is not None:
             marks.append(Mark(cid, "check", f"{check['test']}: {check['outcome']} (baseline {was_outcome})", True))
     return marks
+
+
+def _mutation_score_fell(cid: str, now: Any, was: Any) -> list[Mark]:
+    """A lower kill rate than the baseline's over as many mutants of as many generated (the same draw)."""
+    if not (isinstance(now, dict) and isinstance(was, dict)):
+        return []
+    rate, rate_was = _number(now.get("rate")), _number(was.get("rate"))
+    same_draw = (now.get("run"), now.get("generated")) == (was.get("run"), was.get("generated"))
+    if rate is None or rate_was is None or not same_draw or rate >= rate_was:
+        return []
+    return [Mark(cid, MUTATION_SCORE, f"{rate:.1%} of the non-equivalent mutants killed, baseline {rate_was:.1%}",
+                 True)]
 
 
 def compare(results: dict[str, Any], baseline: dict[str, Any] | None, tolerance: float = ACCEPTANCE_TOLERANCE,

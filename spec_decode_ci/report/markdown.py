@@ -9,7 +9,7 @@ import jinja2
 from spec_decode_ci.report.compare import RED, Mark
 from spec_decode_ci.results import (
     ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, CUDA_GRAPHS, ENGINE_START_S, HOST_SYNCS_PER_STEP_MAX, OUTCOMES,
-    VLLM_AREA_DRIFT,
+    MUTATION_SCORE, VLLM_AREA_DRIFT,
 )
 
 ICONS = {"failed": "❌", "error": "💥", "passed": "✅", "skipped": "⏭️"}
@@ -102,6 +102,14 @@ def about(results: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def mutation_line(figure: dict[str, Any]) -> str:
+    """One backend's mutation score: the rate, then the counts it is made of."""
+    rate = NONE if figure.get("rate") is None else f"{figure['rate']:.1%}"
+    return (f"{rate} of the non-equivalent mutants killed (goal {figure['goal']:.0%}): {figure['run']} of "
+            f"{figure['generated']} run, {figure['killed']} killed, {figure['equivalent']} equivalent, "
+            f"{len(figure['survivors'])} survived")
+
+
 def render(results: dict[str, Any], marks: list[Mark], baseline_line: str) -> str:
     """The annotation of one run: ``marks`` from ``compare``, ``baseline_line`` what it was compared with."""
     by_case: dict[str, list[Mark]] = {}
@@ -113,7 +121,10 @@ def render(results: dict[str, Any], marks: list[Mark], baseline_line: str) -> st
     title = results["step"].get("label") or results["step"].get("key") or "spec-decode-ci"
     drifts = [d for c in results["cases"] for d in [c["figures"].get(VLLM_AREA_DRIFT)]
               if isinstance(d, dict) and d.get("differs")]
+    mutation = [{"backend": f["backend"], "line": mutation_line(f), "survivors": f["survivors"],
+                 "stale_equivalents": f["stale_equivalents"]}
+                for c in results["cases"] for f in [c["figures"].get(MUTATION_SCORE)] if isinstance(f, dict)]
     return _ENV.get_template("annotation.md.j2").render(
         title=cell(title), verdict="red" if red(results) else "green", about=about(results),
-        baseline_line=baseline_line, failures=failures, drifts=drifts, worse=[m for m in marks if m.worse],
+        baseline_line=baseline_line, failures=failures, drifts=drifts, mutation=mutation, worse=[m for m in marks if m.worse],
         rows=[row(c, by_case.get(c["id"], [])) for c in cases])

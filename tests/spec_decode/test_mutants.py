@@ -1,0 +1,83 @@
+"""The build-path tier's power measured by operator mutants of vLLM's builders (``spec_decode_ci.mutation``): each
+mutant drawn (``--mutants N`` per backend, or ``all``) turns the tier red or is listed as equivalent; a listed one
+the tier kills means the list went stale. The mutants themselves are checked on every run: each is one change
+that compiles and keeps vLLM's line numbers."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+from spec_decode_ci.backends import BACKENDS
+from spec_decode_ci.mutation import run
+from spec_decode_ci.mutation.equivalent import EQUIVALENT
+from spec_decode_ci.mutation.mutants import backend_mutants, mutant_named
+from spec_decode_ci.mutation.operators import OPERATORS
+from spec_decode_ci.results import CASE_PROPERTY, MUTATION_SCORE
+
+BACKENDS_MUTATED = run.mutated_backends()
+
+
+@pytest.mark.harness
+@pytest.mark.parametrize("backend", BACKENDS_MUTATED)
+def test_each_mutant_is_one_change_that_compiles(backend):
+    """Every mutant of this vLLM's functions: its name gives it back, its copy compiles, differs from vLLM's
+    source at its place only and keeps every line's number (tracebacks point at vLLM's file)."""
+    mutants = backend_mutants(backend)
+    assert mutants, f"expected operator mutants of {BACKENDS[backend].mutated} in {BACKENDS[backend].module}; came none"
+    source = inspect.getsource(importlib.import_module(BACKENDS[backend].module))
+    for mutant in mutants:
+        assert mutant_named(mutant.name) == mutant, f"{mutant.name} names another mutant"
+        assert mutant.mutant.operator in OPERATORS, mutant.describe()
+        changed = mutant.edit(source, mutant.file)
+        assert changed != source and changed.count("\n") == source.count("\n"), (
+            f"expected {mutant.describe()} to change its text and keep the line count; came "
+            f"{'no change' if changed == source else 'another line count'}")
+        compile(changed, mutant.file, "exec")
+    keys = [m.key for m in mutants]
+    assert len(set(keys)) == len(keys), "two mutants share a key: the equivalence registry could not tell them apart"
+
+
+@pytest.mark.harness
+def test_equivalent_entries_name_mutated_functions():
+    """Each equivalence entry names a function some backend record mutates, and gives a reason."""
+    functions = {f for b in BACKENDS.values() for f in b.mutated}
+    for key, reason in EQUIVALENT.items():
+        assert key.split(" ")[0] in functions, f"{key!r}: expected a function of {sorted(functions)}"
+        assert reason.strip(), f"{key!r}: expected a one-line reason"
+
+
+def _drawn(config) -> dict[str, tuple]:
+    asked = config.getoption("--mutants")
+    count = None if asked == "all" else int(asked)
+    return {b: run.sample(backend_mutants(b), count, config.getoption("--mutation-seed")) for b in BACKENDS_MUTATED}
+
+
+@pytest.fixture(scope="module")
+def mutation_verdicts(pytestconfig):
+    """The tier's verdict on each mutant drawn, per backend (one run of them all, after the control)."""
+    drawn = _drawn(pytestconfig)
+    chosen = tuple(m for mutants in drawn.values() for m in mutants)
+    if not chosen:
+        pytest.skip("no mutants asked for: pass --mutants N (per backend) or --mutants all")
+    try:
+        verdicts = run.run_mutants(chosen, pytestconfig.getoption("--mutation-workers"))
+    except run.ControlNotGreen as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return {b: run.score(b, verdicts) for b in drawn}
+
+
+@pytest.mark.mutation
+@pytest.mark.parametrize("backend", BACKENDS_MUTATED)
+def test_tier_kills_every_mutant_not_listed_as_equivalent(backend, mutation_verdicts, record_property):
+    """Every mutant drawn is red on the tier, or listed as equivalent and green."""
+    score = mutation_verdicts[backend]
+    record_property(CASE_PROPERTY, f"mutants-{backend}")
+    record_property(MUTATION_SCORE, score.as_figure())
+    assert not (score.survivors or score.stale or score.errors), (
+        f"expected every {backend} mutant drawn to turn the build-path tier red or be listed as equivalent; "
+        f"came:\n{score.text()}\nLook: a survivor needs a check that sees the behaviour it changes, or an entry "
+        f"in spec_decode_ci/mutation/equivalent.py with the reason no configuration can; rerun one with "
+        f"`python -m spec_decode_ci.mutation --only NAME`")
