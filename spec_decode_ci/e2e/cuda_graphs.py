@@ -97,8 +97,10 @@ def observed_dispatches(log: GraphLog) -> Iterator[None]:
 
 
 def logged_mode():
-    """vLLM's log lines about its CUDA-graph mode while inside (a downgrade names the backend and its support)."""
-    return vllm_log_lines(lambda message: "cudagraph_mode" in message or "CUDAGraphMode" in message)
+    """vLLM's log lines about its CUDA-graph mode while inside (a downgrade names the backend and its support); not
+    the engine's dump of its whole config, which names every setting."""
+    return vllm_log_lines(lambda message: ("cudagraph_mode" in message or "CUDAGraphMode" in message)
+                          and "with config:" not in message)
 
 
 def engine_graphs_of(worker) -> dict[str, Any]:
