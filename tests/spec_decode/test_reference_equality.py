@@ -26,12 +26,24 @@ def batches(page: int, k: int):
     yield "page-boundaries", make_batch([q, q, q, q + 1, q + 9, 2 * page],
                                         [page, page + 1, 2 * page - 1, page, 3 * page + 1, 2 * page], page, seed=3)
     yield "single-prefill", make_batch([q + 1], [q + 1], page)
+    # one decode alone, and one beside prefills: a batch of one request is where tokens / requests and the
+    # request's own query length coincide
+    yield "single-decode", spec_decode_batch(1, 0, k, page, seed=page + 3)
+    yield "single-decode-mixed", spec_decode_batch(1, 2, k, page, seed=page + 4)
 
 
 @pytest.mark.parametrize("page", PAGE_SIZES)
 def test_trtllm_fields_equal_reference(build_harness, page):
     harness = build_harness(BuilderOptions(page_size=page))
     for name, batch in batches(page, harness.options.num_spec_tokens):
+        assert_trtllm_fields_equal_reference(harness, harness.build(batch), batch, name)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_trtllm_fields_equal_reference_with_fewer_drafts(build_harness, k):
+    """As above with 1 and 2 speculative tokens (MTP's usual 1): decodes of 2 and 3 query tokens."""
+    harness = build_harness(BuilderOptions(num_spec_tokens=k))
+    for name, batch in batches(harness.options.page_size, k):
         assert_trtllm_fields_equal_reference(harness, harness.build(batch), batch, name)
 
 

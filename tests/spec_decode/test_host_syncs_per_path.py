@@ -1,0 +1,82 @@
+"""build() waits on the GPU no more than vLLM's code needs on each path: never where it holds an exact host copy of
+what it plans with. Without speculative tokens the runner's host upper bound of ``seq_lens`` is exact, so the
+native paths plan from it with no device-to-host copy, whichever kernels the GPU ships; with speculation the bound
+runs ahead of a decode's length and the native paths copy ``seq_lens`` once (``test_guard_truth_table``).
+
+And pages of 128 tokens or more, which vLLM sends to TRTLLM's prefill whatever the configuration would pick
+(FlashInfer's native prefill does not take them): every phase on TRTLLM, no host sync, each field equal to the
+reference, also where the configuration alone picks the native prefill (an FP8 KV cache read by a bf16 query).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spec_decode_ci import compat
+from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
+from spec_decode_ci.emulation import BLACKWELL
+from spec_decode_ci.flashinfer.builder import BuilderOptions
+
+from .test_reference_equality import assert_trtllm_fields_equal_reference, batches
+
+pytestmark = pytest.mark.build_path
+
+GPUS = [pytest.param(BLACKWELL, id="trtllm"),
+        pytest.param(BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False), id="native"),
+        pytest.param(BLACKWELL.variant(trtllm_prefill=False), id="native-prefill")]
+
+
+def no_speculation_batches(page: int):
+    """Single-token decodes then prefills, at and around page boundaries; a prefill-only and a decode-only one."""
+    yield "mixed", spec_decode_batch(4, 3, 0, page, seed=page, decode_query_len=1)
+    yield "page-boundaries", make_batch([1, 1, 5, 2 * page], [page, page + 1, 2 * page, 2 * page], page, seed=5)
+    yield "prefill-only", spec_decode_batch(0, 3, 0, page, seed=page + 1)
+    yield "decode-only", spec_decode_batch(5, 0, 0, page, seed=page + 2, decode_query_len=1)
+
+
+def syncs_text(result) -> str:
+    return "\n".join(map(str, result.syncs)) or "none"
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_without_speculation_build_never_waits_on_the_gpu(build_harness, gpu):
+    """No speculative tokens, the runner's host bound exact: zero host syncs on every path, native included."""
+    harness = build_harness(BuilderOptions(num_spec_tokens=0), gpu)
+    for name, batch in no_speculation_batches(harness.options.page_size):
+        result = harness.build(batch, watch_syncs=True)
+        assert result.syncs == [], (
+            f"{name} ({batch.describe()}) on {gpu.name}: expected no host sync (without speculation the runner's "
+            f"host upper bound of seq_lens is exact and vLLM plans from it); came:\n{syncs_text(result)}\nLook: "
+            f"the seq_lens_cpu choice in FlashInferMetadataBuilder.build()")
+
+
+PAGE_128 = [pytest.param(BuilderOptions(page_size=128), id="bf16"),
+            pytest.param(BuilderOptions(page_size=128, kv_cache_dtype="fp8", quantize_query=False), id="fp8-cache")]
+
+
+@pytest.mark.parametrize("options", PAGE_128)
+def test_pages_of_128_run_every_phase_on_trtllm(build_harness, options):
+    """Pages of 128 tokens: both phases on TRTLLM, no host sync, every TRTLLM field equal to the reference."""
+    harness = build_harness(options)
+    page = options.page_size
+    for name, batch in batches(page, harness.options.num_spec_tokens):
+        result = harness.build(batch, watch_syncs=True)
+        m = result.metadata
+        kernels = {type(m.prefill).__name__, type(m.decode).__name__} - {"NoneType"}
+        assert kernels <= {compat.TRTLLM_PREFILL_CLASS, harness.trtllm_decode_class}, (
+            f"{name} ({batch.describe()}): expected both phases on TRTLLM with pages of {page} tokens (vLLM forces "
+            f"TRTLLM prefill from 128 up); came {sorted(kernels)}. Look: prefill_force_trtllm in build()")
+        assert result.syncs == [], f"{name}: expected no host sync on an all-TRTLLM batch; came:\n{syncs_text(result)}"
+        assert_trtllm_fields_equal_reference(harness, result, batch, name)
+
+
+def test_pages_of_128_force_trtllm_prefill_where_the_configuration_would_not(build_harness):
+    """The FP8-cache, bf16-query configuration picks the native prefill at 16-token pages (so the 128-token case
+    above shows the forcing, not the configuration's own choice)."""
+    harness = build_harness(dataclasses.replace(PAGE_128[1].values[0], page_size=16))
+    batch = spec_decode_batch(2, 2, harness.options.num_spec_tokens, 16, seed=1)
+    prefill = type(harness.build(batch).metadata.prefill).__name__
+    assert prefill == "FIPrefill", f"expected the native prefill for an FP8 cache and a bf16 query at 16-token " \
+                                   f"pages; came {prefill}"
