@@ -9,6 +9,7 @@ decides whether ``-n`` runs fit the machine) and the run's outcome, once per pyt
     python bench/tier_cost.py --per-regression                  # what each self-check regression costs
     python bench/tier_cost.py --first-red old_guard --workers 4  # a bad commit: seconds until the step is red
     python bench/tier_cost.py --workers 4 --per-file             # and the seconds of each test file's tests
+    python bench/tier_cost.py --mutants --workers 2              # every operator mutant: mutants per minute
 
 Run it from outside the checkout for ``--pyargs`` to use the installed suites, as the CI step does.
 """
@@ -103,7 +104,13 @@ def main() -> int:
                              "first red test (-x): the seconds until the step is red")
     parser.add_argument("--per-file", action="store_true",
                         help="after each run, its tests' seconds (0.05 s and more) summed per test file")
+    parser.add_argument("--mutants", action="store_true",
+                        help="the mutation run (python -m spec_decode_ci.mutation) with each --workers value: its "
+                             "wall time and mutants per minute")
+    parser.add_argument("--sample", type=int, help="with --mutants: N mutants per backend instead of all")
     args = parser.parse_args()
+    if args.mutants:
+        return mutation_cost(args.workers, args.sample)
     args.markers = args.markers or step_markers()
     if args.log_dir:
         args.log_dir.mkdir(parents=True, exist_ok=True)  # before the runs, not after the first one's minutes
@@ -129,6 +136,21 @@ def main() -> int:
             print(f"{'':8}worker-seconds per file ({sum(s for _, s in files):.1f} s in all):", flush=True)
             for path, seconds in files:
                 print(f"{'':8}{seconds:8.1f}  {path}", flush=True)
+    return 0
+
+
+def mutation_cost(workers: list[str], sample: int | None) -> int:
+    """The mutation run's wall time per worker count (its control included), and mutants per minute."""
+    print(f"{'workers':>7}  {'mutants':>7}  {'wall s':>8}  {'per minute':>10}  {'host MiB, largest process':>25}  exit",
+          flush=True)
+    for count in workers:
+        n = "1" if count in ("0", "auto") else count
+        command = [sys.executable, "-m", "spec_decode_ci.mutation", "--workers", n,
+                   *(["--sample", str(sample)] if sample else [])]
+        wall, _, host, code, _, output = measure(command)
+        ran = sum(int(m) for m in re.findall(r"^\S+: \d+ mutants of this vLLM, (\d+) run", output, re.M))
+        print(f"{n:>7}  {ran:>7}  {wall:8.1f}  {60 * ran / wall:10.1f}  "
+              f"{host if host is not None else 'n/a':>25}  {code:>4}", flush=True)
     return 0
 
 

@@ -85,3 +85,28 @@ def test_a_figure_missing_on_either_side_is_not_compared(figure):
     now = run()
     del now["cases"][0]["figures"][figure]
     assert marks(now, run()) == []
+
+
+def mutation_figure(rate: float, run_count: int = 192, survivors=()) -> dict:
+    return {"backend": "flashinfer", "generated": 192, "run": run_count, "killed": 150, "equivalent": 10,
+            "rate": rate, "goal": 0.95, "missing_functions": [], "survivors": list(survivors),
+            "stale_equivalents": [], "errors": []}
+
+
+def test_a_mutation_score_that_fell_over_the_same_draw_is_marked():
+    """A lower kill rate over as many mutants of as many generated is worse; a different draw is not compared."""
+    assert marks(run(mutation_score=mutation_figure(0.90)), run(mutation_score=mutation_figure(0.95))) == [
+        ("mutation_score", "90.0% of the non-equivalent mutants killed, baseline 95.0%", True)]
+    assert marks(run(mutation_score=mutation_figure(0.97)), run(mutation_score=mutation_figure(0.95))) == []
+    assert marks(run(mutation_score=mutation_figure(0.90, 20)), run(mutation_score=mutation_figure(0.95))) == []
+
+
+def test_the_annotation_lists_each_backends_score_and_survivors():
+    from spec_decode_ci.report.markdown import render
+
+    now = run(mutation_score=mutation_figure(0.9, survivors=["flashinfer.py:1592 [compare] a >= 128 -> a > 128"]))
+    now.update(exit_status=1, summary={"failed": 1}, device={"name": "h200_18gb"}, runner=None)
+    now["step"]["label"] = "mutants"
+    text = render(now, [], "no baseline")
+    assert "flashinfer: 90.0% of the non-equivalent mutants killed (goal 95%): 192 of 192 run" in text, text
+    assert "survived: `flashinfer.py:1592 [compare] a >= 128 -> a > 128`" in text, text

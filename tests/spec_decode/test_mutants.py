@@ -81,3 +81,53 @@ def test_tier_kills_every_mutant_not_listed_as_equivalent(backend, mutation_verd
         f"came:\n{score.text()}\nLook: a survivor needs a check that sees the behaviour it changes, or an entry "
         f"in spec_decode_ci/mutation/equivalent.py with the reason no configuration can; rerun one with "
         f"`python -m spec_decode_ci.mutation --only NAME`")
+
+
+SOURCE = '''
+class Builder:
+    def build(self, n: int, xs, flag=True):
+        """Docstring."""
+        if n > 0 and not xs:
+            logger.info("n is %d", n)
+            xs[0] = n + 1
+            torch.cumsum(xs, dim=0, out=xs)
+        return xs.clone(), n // 2
+
+    def other(self):
+        return 1
+'''
+
+
+def test_the_operators_make_one_mutant_per_change_and_skip_logs_and_defaults():
+    """Each operator's mutants of a small method, in source order; no mutant of a log call, a docstring, an
+    annotation, a default value or a function not asked for."""
+    from spec_decode_ci.mutation.operators import mutants_of
+
+    made = [(m.operator, m.change, m.line) for m in mutants_of(SOURCE, ("Builder.build",))]
+    assert made == [
+        ("compare", "n > 0 -> n >= 0", 5), ("boolean", "n > 0 and not xs -> n > 0 or not xs", 5),
+        ("constant", "0 -> 1", 5), ("not", "not xs -> xs", 5), ("store", "xs[0] = n + 1 -> pass", 7),
+        ("constant", "0 -> 1", 7), ("arithmetic", "n + 1 -> n - 1", 7), ("constant", "1 -> 2", 7),
+        ("call", "torch.cumsum(xs, dim=0, out=xs) -> pass", 8), ("constant", "0 -> 1", 8),
+        ("method", "xs.clone() -> xs", 9), ("arithmetic", "n // 2 -> n * 2", 9), ("constant", "2 -> 3", 9),
+    ], made
+    keys = [m.key for m in mutants_of(SOURCE, ("Builder.build",)) if m.operator == "constant"]
+    assert keys[:2] == ["Builder.build constant: 0 -> 1 in n > 0", "Builder.build constant: 0 -> 1 in xs[0]"], keys
+
+
+def test_a_mutant_applies_only_to_the_source_it_was_made_from():
+    from spec_decode_ci.mutation.operators import mutants_of
+
+    mutant = mutants_of(SOURCE, ("Builder.build",))[0]
+    assert "if (n >= 0) and not xs:" in mutant.applied_to(SOURCE)
+    with pytest.raises(ValueError, match="does not match this source"):
+        mutant.applied_to(SOURCE.replace("n > 0", "n > 1"))
+
+
+def test_a_mutant_runs_against_the_tests_that_reach_its_lines_only():
+    from spec_decode_ci.mutation.coverage import tests_reaching
+
+    lines = {"/t/a.py::test_one[16]": {"/v/f.py": [10, 11]}, "/t/b.py::test_two": {"/v/f.py": [30]},
+             "/t/b.py::test_three": {"/v/g.py": [11]}}
+    assert tests_reaching(lines, "/v/f.py", 11, 12) == (("/t/a.py",), ("test_one[16]",))
+    assert tests_reaching(lines, "/v/f.py", 20, 29) == ((), ())
