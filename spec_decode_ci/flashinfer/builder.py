@@ -26,6 +26,7 @@ from spec_decode_ci.buildpath.run import builder_device
 from spec_decode_ci.emulation import BLACKWELL, EmulatedGpu, emulated_platform
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
+OTHER_LAYER_NAME = "model.layers.1.self_attn.attn"
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class BuilderOptions(SpecDecodeOptions):
     # and a logits soft cap (None: none).
     window_left: int = -1
     logits_soft_cap: float | None = None
+    # A second attention layer's (window_left, logits_soft_cap), as a model whose layers differ gives the builder
+    # (sliding-window layers beside full ones); None: the model has one layer.
+    other_layer: tuple[int, float | None] | None = None
     # The KV cache's dtype as vLLM's --kv-cache-dtype names it ("auto": the model's); whether the query is
     # quantized to match an FP8 cache (vLLM's default; off: --attention-config.disable_flashinfer_q_quantization);
     # whether TRTLLM attention is asked for (--attention-config.use_trtllm_attention; off: vLLM decides).
@@ -106,8 +110,14 @@ def _per_layer_parameters(options: BuilderOptions):
     """No model is loaded, so there are no attention layers to scan; vLLM's own tests patch this the same way."""
     from vllm.v1.attention.backends.utils import PerLayerParameters
 
-    return {LAYER_NAME: PerLayerParameters(window_left=options.window_left, logits_soft_cap=options.logits_soft_cap,
-                                           sm_scale=1.0 / math.sqrt(options.head_size), has_sinks=False)}
+    def layer(window_left: int, soft_cap: float | None):
+        return PerLayerParameters(window_left=window_left, logits_soft_cap=soft_cap,
+                                  sm_scale=1.0 / math.sqrt(options.head_size), has_sinks=False)
+
+    layers = {LAYER_NAME: layer(options.window_left, options.logits_soft_cap)}
+    if options.other_layer is not None:
+        layers[OTHER_LAYER_NAME] = layer(*options.other_layer)
+    return layers
 
 
 def make_builder(options: BuilderOptions = BuilderOptions(), gpu: EmulatedGpu = BLACKWELL, module=None,

@@ -38,6 +38,8 @@ class MlaOptions(SpecDecodeOptions):
     v_head_dim: int = 128
     page_size: int = 0  # 0: the backend's first supported kernel block size
     kv_cache_dtype: str = "auto"  # "auto": the model's dtype (bf16)
+    # The layer flattens a non-causal query block into decode rows (a DFlash-style drafter's attention group).
+    non_causal_multi_token_decode: bool = False
 
     @property
     def dims(self) -> dict[str, int]:
@@ -197,7 +199,8 @@ def make_builder(options: MlaOptions, gpu: EmulatedGpu = BLACKWELL, backend_modu
     with builder_context(config, gpu, backend_module, common_module):
         scale = 1.0 / math.sqrt(options.qk_nope_head_dim + options.qk_rope_head_dim)
         layer = AttentionLayerView(options.num_heads, None, **options.dims, prefill_backend=compat.mla_prefill_backend(
-            config, options.num_heads, scale, options.dims))
+            config, options.num_heads, scale, options.dims),
+            non_causal_multi_token_decode=options.non_causal_multi_token_decode)
         config.compilation_config.static_forward_context[LAYER_NAME] = layer
         kv_dtype = kv_cache_dtype_of(options)
         spec = MLAAttentionSpec(block_size=page_size_of(options), num_kv_heads=1,

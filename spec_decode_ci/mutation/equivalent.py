@@ -1,13 +1,63 @@
 """Operator mutants of vLLM's builders that no behaviour of ``build()`` can tell apart from vLLM's code, each
 with the one-line reason a reviewer checks against vLLM's source: unreachable on every configuration vLLM builds
-for the backend, overwritten later in the same build, or a value only a hardware-boundary stand-in reads.
+for the backend, overwritten or never read later, or a value only a hardware-boundary stand-in reads.
 
 Keyed by ``Mutant.key`` (function, operator, before -> after, the expression a constant stands in, which
 occurrence): no line numbers, so an entry holds while vLLM only moves the code. A listed mutant the tier kills
-fails the mutation run (the entry went stale).
+fails the mutation run (the entry went stale). Entries were read against vLLM 0.33.0's source.
 """
 
 from __future__ import annotations
 
+_QUERY_LENS = "FlashInferMetadataBuilder._compute_decode_query_lens"
+_BUILD = "FlashInferMetadataBuilder.build"
+
 EQUIVALENT: dict[str, str] = {
+    f"{_QUERY_LENS} boolean: num_decodes == 0 or num_decode_tokens == 0 -> num_decodes == 0 and "
+    f"num_decode_tokens == 0":
+        "build() calls it only with num_decodes > 0, and every decode has a query token: both tests are false",
+    f"{_QUERY_LENS} constant: 1 -> 2 in 1, None, None":
+        "the early return is unreachable: build() calls it only with num_decodes > 0 and so num_decode_tokens > 0",
+    f"{_QUERY_LENS} constant: 0 -> 1 in num_decode_tokens == 0":
+        "num_decode_tokens == 1 means one decode of one token, for which the rest returns (1, None, None) too",
+    f"{_QUERY_LENS} constant: 0 -> 1 in nonzero[0]":
+        "with two or more non-zero lengths, all equal nonzero[0] exactly when all equal nonzero[1]; with fewer, "
+        "nonzero.numel() <= 1 decides first",
+    f"{_BUILD} compare: self.reorder_batch_threshold > 1 -> self.reorder_batch_threshold >= 1":
+        "uses_spec_reorder only reaches use_trtllm_attention(is_prefill=True), which reads has_spec for decode only",
+    f"{_BUILD} constant: 1 -> 2 in self.reorder_batch_threshold > 1":
+        "uses_spec_reorder only reaches use_trtllm_attention(is_prefill=True), which reads has_spec for decode only",
+    f"{_BUILD} not: not causal -> causal #2":
+        "the branch only logs a warning (non-causal drafter attention on FlashInfer)",
+    f"{_BUILD} boolean: not causal and self.use_trtllm_decode_attention -> not causal or "
+    f"self.use_trtllm_decode_attention":
+        "the branch only logs a warning (non-causal drafter attention on FlashInfer)",
+    "FlashInferMetadataBuilder._get_decode_mask compare: q_len_per_req <= 1 -> q_len_per_req < 1":
+        "a one-token draft block's mask lets the token see itself, as no mask does",
+    f"{_BUILD} compare: seq_lens_cpu_upper_bound is not None -> seq_lens_cpu_upper_bound is None":
+        "max_seq_len bounds the longest prefill too: the FP8 prefill's table gets more columns of the same rows, "
+        "and reads the same pages",
+    "FlashInferMetadataBuilder._compute_flashinfer_kv_metadata constant: 1 -> 2 in num_reqs + 1 #2":
+        "copies one indptr entry past the batch's num_reqs + 1 to the device, which nothing of this batch reads",
 }
+
+# Equivalent only where no CUDA device runs the real kernel: on a CPU the Triton page-index copy is a host
+# reference (spec_decode_ci.flashinfer.harness.CopyPageIndicesOnHost) that reads no launch parameter.
+WITHOUT_CUDA: dict[str, str] = {
+    "FlashInferMetadataBuilder._compute_flashinfer_kv_metadata constant: 1024 -> 1025 in BLOCK_SIZE=1024":
+        "a Triton launch parameter of _copy_page_indices_kernel, which the CPU's host reference does not read",
+}
+
+
+def reason(key: str) -> str | None:
+    """Why the mutant ``key`` cannot change behaviour here (None: it can)."""
+    found = EQUIVALENT.get(key)
+    if found is None and not _cuda():
+        found = WITHOUT_CUDA.get(key)
+    return found
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

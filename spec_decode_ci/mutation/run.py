@@ -28,7 +28,7 @@ from spec_decode_ci import model_info
 from spec_decode_ci.backends import BACKENDS
 from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD
 from spec_decode_ci.mutation.coverage import tests_reaching
-from spec_decode_ci.mutation.equivalent import EQUIVALENT
+from spec_decode_ci.mutation import equivalent
 from spec_decode_ci.mutation.mutants import BuildPathMutant, backend_mutants, missing_functions
 from spec_decode_ci.patches import TIER
 from spec_decode_ci.pytest_run import TIMED_OUT, ForkedPytest, PytestRun
@@ -67,7 +67,7 @@ class Verdict:
     @property
     def equivalent(self) -> str | None:
         """The registry's reason this mutant cannot change behaviour (None: not listed)."""
-        return EQUIVALENT.get(self.key)
+        return equivalent.reason(self.key)
 
     def describe(self) -> str:
         return f"{self.where} [{self.operator}] {self.change}  ({self.key})"

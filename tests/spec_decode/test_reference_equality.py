@@ -67,6 +67,10 @@ def test_fp8_kv_cache_stays_on_trtllm_without_host_sync(build_harness, options, 
             compat.TRTLLM_PREFILL_CLASS, harness.trtllm_decode_class, "NoneType"}, (name, type(m.prefill), type(m.decode))
         assert result.syncs == [], f"{name}: build() synced:\n" + "\n".join(map(str, result.syncs))
         assert_trtllm_fields_equal_reference(harness, result, batch, name)
+        tables = getattr(m.prefill, "block_tables", None)
+        assert tables is None or tables.is_contiguous(), (
+            f"{name}: expected the prefill's block tables contiguous (the dequantizing prefill indexes rows by "
+            f"their logical width); came shape {tuple(tables.shape)}, strides {tables.stride()}")
 
 
 def assert_trtllm_fields_equal_reference(harness, result, batch, name: str) -> None:

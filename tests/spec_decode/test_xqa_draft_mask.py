@@ -21,8 +21,8 @@ from spec_decode_ci.flashinfer.builder import BuilderOptions
 pytestmark = pytest.mark.build_path
 
 
-def xqa_harness(build_harness, non_causal: bool = False):
-    harness = build_harness(BuilderOptions(non_causal=non_causal), HOPPER)
+def xqa_harness(build_harness, non_causal: bool = False, num_spec_tokens: int = 3):
+    harness = build_harness(BuilderOptions(non_causal=non_causal, num_spec_tokens=num_spec_tokens), HOPPER)
     if not getattr(harness.builder, "use_xqa", False):
         pytest.skip("this vLLM's FlashInfer builder runs no XQA decode on Hopper (use_xqa)")
     return harness
@@ -38,14 +38,15 @@ def decode_batches(harness):
         yield "ragged", make_batch([1 + k, 2, 1 + k, 3], [37, 18, 70, 5], page, seed=23)
 
 
+@pytest.mark.parametrize("k", [3, 1])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
-def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, causal):
+def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, causal, k):
     """Every decode's rows of XQA's draft mask, for causal and non-causal batches on Hopper, against the
     reference mask of the decodes' query lengths (FlashInfer's width: 32 columns per packed word); and the query
     tokens XQA reads for each decode are that request's own."""
     if not causal and not compat.flashinfer_attends_non_causally(build_harness(BuilderOptions(), HOPPER).module):
         pytest.skip(compat.NO_NON_CAUSAL_PATH)
-    harness = xqa_harness(build_harness, non_causal=not causal)
+    harness = xqa_harness(build_harness, non_causal=not causal, num_spec_tokens=k)
     for name, batch in decode_batches(harness):
         batch = dataclasses.replace(batch, causal=causal)
         m = harness.build(batch).metadata
@@ -55,6 +56,25 @@ def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, c
         query_lens = list(batch.query_lens[:s.num_decodes])
         expected = reference.draft_block_mask(query_lens, causal, 32 * cdiv(max(query_lens), 32))
         assert metadata_view.xqa_draft_mask(m.decode) == expected, (name, batch.describe())
+        mask = getattr(m.decode, "mask", None)
+        assert mask is None or mask.is_contiguous(), (
+            f"{name}: expected the draft mask XQA reads as packed words in one contiguous block; came strides "
+            f"{mask.stride()}. Look: _get_decode_mask")
         start = cumulative(query_lens)
         assert compat.decode_query_ranges(m) == list(zip(start, start[1:])), (
             f"{name}: XQA would read the query tokens {compat.decode_query_ranges(m)}", batch.describe())
+
+
+def test_xqa_uniform_draft_mask_is_one_buffer_build_after_build(build_harness):
+    """A uniform batch's mask is a slice of one buffer the builder keeps per query length: a CUDA graph captured
+    on one build replays the mask's address, so a new buffer on a later build would leave it reading the old."""
+    harness = xqa_harness(build_harness)
+    k, page = harness.options.num_spec_tokens, harness.options.page_size
+    masks = [getattr(harness.build(spec_decode_batch(n, 0, k, page, seed=n)).metadata.decode, "mask", None)
+             for n in (4, 2, 4)]
+    if any(m is None for m in masks):
+        pytest.skip("this vLLM's XQA decode takes no draft mask")
+    pointers = [m.data_ptr() for m in masks]
+    assert len(set(pointers)) == 1, (
+        f"expected the uniform batches' XQA draft masks at one address (a persistent buffer); came {pointers}. "
+        f"Look: _get_decode_mask's cache in FlashInferMetadataBuilder")

@@ -1,11 +1,12 @@
-"""build() waits on the GPU no more than vLLM's code needs on each path: never where it holds an exact host copy of
-what it plans with. Without speculative tokens the runner's host upper bound of ``seq_lens`` is exact, so the
-native paths plan from it with no device-to-host copy, whichever kernels the GPU ships; with speculation the bound
-runs ahead of a decode's length and the native paths copy ``seq_lens`` once (``test_guard_truth_table``).
+"""Paths of FlashInfer's build() the other modules do not reach, each found by a mutant that survived them
+(``spec_decode_ci.mutation``):
 
-And pages of 128 tokens or more, which vLLM sends to TRTLLM's prefill whatever the configuration would pick
-(FlashInfer's native prefill does not take them): every phase on TRTLLM, no host sync, each field equal to the
-reference, also where the configuration alone picks the native prefill (an FP8 KV cache read by a bf16 query).
+- without speculative tokens the runner's host upper bound of ``seq_lens`` is exact, so build() waits on the GPU
+  on no path, the native ones included (with speculation they copy ``seq_lens`` once: ``test_guard_truth_table``);
+- pages of 128 tokens or more go to TRTLLM's prefill whatever the configuration would pick (FlashInfer's native
+  prefill does not take them): every phase on TRTLLM, no host sync, each field equal to the reference, also where
+  the configuration alone picks the native prefill (an FP8 KV cache read by a bf16 query);
+- a model whose layers differ in window or soft cap is refused on native paths, which take one value for all.
 """
 
 from __future__ import annotations
@@ -80,3 +81,24 @@ def test_pages_of_128_force_trtllm_prefill_where_the_configuration_would_not(bui
     prefill = type(harness.build(batch).metadata.prefill).__name__
     assert prefill == "FIPrefill", f"expected the native prefill for an FP8 cache and a bf16 query at 16-token " \
                                    f"pages; came {prefill}"
+
+
+LAYERS_DIFFER = [pytest.param((127, None), "Window left is not the same", id="window"),
+                 pytest.param((-1, 30.0), "share the same values", id="soft-cap")]
+
+
+@pytest.mark.parametrize("other_layer,refusal", LAYERS_DIFFER)
+def test_layers_that_differ_are_refused_on_native_paths_only(build_harness, other_layer, refusal):
+    """A model whose layers differ in window or soft cap: FlashInfer's native kernels take one value for all, so
+    vLLM refuses a batch with a native phase; an all-TRTLLM batch (TRTLLM reads each layer's own) builds."""
+    options = BuilderOptions(other_layer=other_layer)
+    native = BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False)
+    batch = spec_decode_batch(2, 2, options.num_spec_tokens, options.page_size, seed=9)
+    try:
+        trtllm = build_harness(options)
+    except (ValueError, AssertionError) as exc:
+        pytest.skip(f"this vLLM refuses layers that differ when the builder is made, before any batch: {exc}")
+    metadata = trtllm.build(batch).metadata
+    assert metadata.num_prefills == 2, f"expected the all-TRTLLM batch built; came {metadata}"
+    with pytest.raises((ValueError, AssertionError), match=refusal):
+        build_harness(options, native).build(batch)
