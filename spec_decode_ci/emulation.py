@@ -177,6 +177,10 @@ def emulated_platform(gpu: EmulatedGpu = BLACKWELL, extra_modules=()) -> Iterato
         if not torch.cuda.is_available():
             # Hardware boundary: a CPU-only box reports no device type, and vLLM's DeviceConfig then fails.
             stack.enter_context(mock.patch.object(platform_cls, "device_type", "cuda"))
+            # Hardware boundary: a CUDA GPU runs CUDA graphs, so vLLM's config keeps its default graph mode and the
+            # builders set up what graph replays read (CUDA-graph wrappers, their persistent buffers), as on a GPU.
+            stack.enter_context(mock.patch.object(platform_cls, "support_static_graph_mode",
+                                                  classmethod(lambda cls: True)))
             # Hardware boundary: page-locked host memory needs a CUDA driver; every place vLLM decides it says
             # what the emulated machine offers, and the pins vLLM asks for are emulated.
             available = gpu.page_locking

@@ -23,6 +23,7 @@ class PlanCall:
     wrapper: str
     kwargs: dict[str, Any]
     host_inputs_page_locked: dict[str, bool] = field(default_factory=dict)
+    cuda_graph: bool = False  # the wrapper was made for CUDA-graph replay (FlashInfer's use_cuda_graph)
 
 
 def _host_by_name(path: str) -> bool:

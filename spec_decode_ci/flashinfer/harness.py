@@ -64,7 +64,7 @@ def recording_wrapper(real_cls: type, calls: list[PlanCall]) -> type:
                 locked = {k: is_page_locked(v) for k, v in kwargs.items()
                           if k in PLAN_HOST_INPUTS and isinstance(v, torch.Tensor)}
                 copied = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
-            calls.append(PlanCall(real_cls.__name__, {"args": args, **copied}, locked))
+            calls.append(PlanCall(real_cls.__name__, {"args": args, **copied}, locked, self._use_cuda_graph))
 
     RecordingWrapper.__name__ = RecordingWrapper.__qualname__ = real_cls.__name__
     return RecordingWrapper

@@ -37,6 +37,10 @@ EQUIVALENT: dict[str, str] = {
     f"{_BUILD} compare: seq_lens_cpu_upper_bound is not None -> seq_lens_cpu_upper_bound is None":
         "max_seq_len bounds the longest prefill too: the FP8 prefill's table gets more columns of the same rows, "
         "and reads the same pages",
+    "FlashInferMetadataBuilder._compute_flashinfer_kv_metadata call: self.paged_kv_last_page_len.copy_to_gpu(num_reqs) "
+    "-> pass":
+        "its one reader, the CUDA-graph decode wrapper's buffer, gets the host lengths from the wrapper's own plan "
+        "(FlashInfer's plan and fast_decode_plan copy last_page_len)",
     "FlashInferMetadataBuilder._compute_flashinfer_kv_metadata constant: 1 -> 2 in num_reqs + 1 #2":
         "copies one indptr entry past the batch's num_reqs + 1 to the device, which nothing of this batch reads",
 }

@@ -102,3 +102,24 @@ def test_layers_that_differ_are_refused_on_native_paths_only(build_harness, othe
     assert metadata.num_prefills == 2, f"expected the all-TRTLLM batch built; came {metadata}"
     with pytest.raises((ValueError, AssertionError), match=refusal):
         build_harness(options, native).build(batch)
+
+
+def test_native_decode_replays_a_cuda_graph_wrapper_for_pure_decode_batches_only(build_harness):
+    """With CUDA graphs on (vLLM's default), a native decode-only batch of up to vLLM's largest graph batch
+    ((1 + k) x max_num_seqs tokens, capped by the largest capture size) plans a CUDA-graph decode wrapper, whose
+    persistent buffers a replay reads; a decode beside prefills plans the eager one."""
+    options = BuilderOptions(num_spec_tokens=0, max_num_seqs=16)
+    harness = build_harness(options, BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False))
+    compilation = harness.vllm_config.compilation_config
+    if not compilation.cudagraph_mode.has_full_cudagraphs():
+        pytest.skip(f"vLLM resolved cudagraph_mode {compilation.cudagraph_mode.name}: no full graphs to replay")
+    largest = min(options.max_num_seqs, compilation.max_cudagraph_capture_size or options.max_num_seqs)
+    page = options.page_size
+    shapes = {"pure-decode": (spec_decode_batch(3, 0, 0, page, seed=1, decode_query_len=1), True),
+              "pure-decode-largest": (spec_decode_batch(largest, 0, 0, page, seed=2, decode_query_len=1), True),
+              "mixed": (spec_decode_batch(3, 2, 0, page, seed=3, decode_query_len=1), False)}
+    for name, (batch, graph) in shapes.items():
+        decode = [c for c in harness.build(batch).plans if c.wrapper == "BatchDecodeWithPagedKVCacheWrapper"]
+        assert [c.cuda_graph for c in decode] == [graph], (
+            f"{name} ({batch.describe()}): expected one decode wrapper {'for' if graph else 'not for'} CUDA-graph "
+            f"replay; came {[c.cuda_graph for c in decode]}. Look: use_cudagraph in build()'s native decode branch")

@@ -61,8 +61,10 @@ def test_the_observer_reads_vllms_v1_dispatcher():
 
     log = GraphLog()
     with emulated_platform(), observed_dispatches(log):  # a GPU platform, where vLLM's config asks for one
-        config = VllmConfig(compilation_config=CompilationConfig(cudagraph_capture_sizes=[4, 8, 16],
-                                                                 max_cudagraph_capture_size=16))
+        config = VllmConfig(compilation_config=CompilationConfig())
+        # set after the config resolved: without a model, a platform with graphs drops the sizes it was given
+        config.compilation_config.cudagraph_capture_sizes = [4, 8, 16]
+        config.compilation_config.max_cudagraph_capture_size = 16
         dispatcher = CudagraphDispatcher(config)
         dispatcher.uniform_decode_query_len = 4  # what 1 + k gives it with a speculative config of k = 3
         dispatcher.initialize_cudagraph_keys(CUDAGraphMode.FULL_AND_PIECEWISE, 4)
