@@ -107,10 +107,17 @@ def check_acceptance(runs: CaseRuns, case: Case, record_property) -> None:
     record_property("acceptance_rate", round(spec.acceptance_rate, 3))
     record_property(ACCEPTANCE_PER_POSITION, {"measured": [round(r, 4) for r in spec.acceptance_per_position],
                                               "expected": list(case.acceptance_per_position or []) or None})
-    assert spec.counters.get("vllm:spec_decode_num_drafts", 0) > 0, f"no drafts recorded: {spec.counters}"
-    assert spec.acceptance_length >= case.acceptance_length_floor, spec.counters
+    assert spec.counters.get("vllm:spec_decode_num_drafts", 0) > 0, (
+        f"expected vLLM to count drafting steps (vllm:spec_decode_num_drafts > 0) for {case.id}; came its counters "
+        f"{spec.counters}. Look: whether the engine speculated at all (its speculative_config, the drafter's load)")
+    assert spec.acceptance_length >= case.acceptance_length_floor, (
+        f"expected an acceptance length of at least {case.acceptance_length_floor} accepted drafts per drafting step "
+        f"for {case.id}; came {spec.acceptance_length:.3f} (vLLM's counters {spec.counters}). Look: the drafter "
+        f"and the rejection sampler of the model runner the case ran on")
     if case.min_acceptance_rate is not None:
-        assert spec.acceptance_rate >= case.min_acceptance_rate, spec.counters
+        assert spec.acceptance_rate >= case.min_acceptance_rate, (
+            f"expected at least {case.min_acceptance_rate:.0%} of draft tokens accepted for {case.id}; came "
+            f"{spec.acceptance_rate:.1%} (vLLM's counters {spec.counters})")
     if case.acceptance_per_position is not None:
         off = acceptance_off_prediction(case, spec)
         assert not off, off

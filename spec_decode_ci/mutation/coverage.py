@@ -1,5 +1,6 @@
-"""Which lines of the mutated functions each test of a run executes (``--mutated-lines PATH``): a mutant on a line
-no test reaches cannot change any test's outcome, and one on a line only some tests reach is run against those.
+"""Which lines of the mutated functions each test of a run executes (``--mutated-lines PATH``): a mutant in a
+function no test calls cannot change any test's outcome, and one in a function only some tests call is run
+against those.
 
 Recorded with ``sys.settrace`` in the frames of the registered backends' ``mutated`` functions only (their code,
 in vLLM's module or in the tier's copy of it, names vLLM's file): ``{"test file::test name": {file: [line, ...]}}``.

@@ -23,6 +23,39 @@ EQUIVALENT: dict[str, str] = {
     f"{_QUERY_LENS} constant: 0 -> 1 in nonzero[0]":
         "with two or more non-zero lengths, all equal nonzero[0] exactly when all equal nonzero[1]; with fewer, "
         "nonzero.numel() <= 1 decides first",
+    # A uniform decode batch described through its query offsets as well (the ragged form): the kernel gets the
+    # same query length for every request.
+    f"{_QUERY_LENS} arithmetic: num_decode_tokens // num_decodes -> num_decode_tokens * num_decodes":
+        "a uniform batch then fails the uniform test and is described by its offsets, with the same query length",
+    f"{_QUERY_LENS} compare: num_decode_tokens % num_decodes == 0 -> num_decode_tokens % num_decodes != 0":
+        "a uniform batch then fails the uniform test and is described by its offsets, with the same query length",
+    f"{_QUERY_LENS} constant: 0 -> 1 in num_decode_tokens % num_decodes == 0":
+        "a uniform batch then fails the uniform test and is described by its offsets, with the same query length",
+    f"{_QUERY_LENS} compare: max_q_len > 1 -> max_q_len >= 1":
+        "one-token decodes with zero-length padding described by their offsets: one query per real request either way",
+    f"{_QUERY_LENS} constant: 0 -> 1 in decode_q_lens > 0":
+        "leaving one-token decodes out too changes `uniform` only where the token count test fails anyway",
+    f"{_QUERY_LENS} compare: nonzero.numel() > 0 -> nonzero.numel() >= 0":
+        "nonzero is never empty: build() calls it with num_decode_tokens > 0",
+    f"{_QUERY_LENS} constant: 1 -> 2 in int(nonzero.max().item()) if nonzero.numel() > 0 else 1":
+        "nonzero is never empty: build() calls it with num_decode_tokens > 0",
+    f"{_QUERY_LENS} compare: nonzero.numel() <= 1 -> nonzero.numel() < 1":
+        "one length compared with itself is equal too",
+    f"{_QUERY_LENS} constant: 1 -> 2 in nonzero.numel() <= 1":
+        "num_decode_tokens == num_decodes * (the largest length) holds only when every length is it, so `uniform` "
+        "never decides",
+    f"{_BUILD} compare: num_prefills > 0 -> num_prefills >= 0":
+        "with no prefills the DCP branch copies seq_lens and subtracts over an empty range: the same lengths",
+    f"{_BUILD} arithmetic: qo_indptr_cpu[num_decodes:] - qo_indptr_cpu[num_decodes] -> "
+    f"qo_indptr_cpu[num_decodes:] + qo_indptr_cpu[num_decodes]":
+        "only differences of consecutive entries are read, which a shift of every entry leaves",
+    f"{_BUILD} constant: 1 -> 2 in :1":
+        "entry 1 is written by the cumsum into paged_kv_indptr_prefill_gpu[1:] that follows",
+    f"{_BUILD} compare: self.q_data_type_prefill != FP8_DTYPE -> self.q_data_type_prefill == FP8_DTYPE":
+        "only the TRTLLM prefill table's width changes (cut to the longest prefill or not): each row, the same pages",
+    f"{_BUILD} boolean: self.q_data_type_prefill != FP8_DTYPE and self.cache_dtype.startswith(\"fp8\") -> "
+    f"self.q_data_type_prefill != FP8_DTYPE or self.cache_dtype.startswith('fp8')":
+        "only the TRTLLM prefill table's width changes (cut to the longest prefill or not): each row, the same pages",
     f"{_BUILD} compare: self.reorder_batch_threshold > 1 -> self.reorder_batch_threshold >= 1":
         "uses_spec_reorder only reaches use_trtllm_attention(is_prefill=True), which reads has_spec for decode only",
     f"{_BUILD} constant: 1 -> 2 in self.reorder_batch_threshold > 1":

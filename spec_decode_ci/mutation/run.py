@@ -1,8 +1,10 @@
 """The build-path tier against operator mutants of vLLM's builders: each mutant compiled into the tier's private
 copy of the module (as the self-check's regressions are), the tier run with ``-x`` in a child forked from one
-process that imported vLLM once; red kills the mutant. Each mutant runs only the tests that execute its line in the
+process that imported vLLM once; red kills the mutant. Each mutant runs only the tests that call its function in the
 tier's run against vLLM's module copied unchanged (the control, ``mutation.coverage``): the others cannot change
-their outcome; a mutant no test reaches survives unrun. The score counts the mutants not listed as equivalent.
+their outcome. Not only those that execute its line: a builder the tests share keeps what an earlier test's call
+left (a cache filled once), which a later test reads without running that line. A mutant whose function no test
+calls survives unrun. The score counts the mutants not listed as equivalent.
 
     python -m spec_decode_ci.mutation                          # every mutant of every backend
     python -m spec_decode_ci.mutation --backend flashinfer --sample 30 --seed 1 --workers 2
@@ -76,13 +78,15 @@ class Verdict:
 def verdict_of(mutant: BuildPathMutant, run: PytestRun | None, tests: tuple[str, ...]) -> Verdict:
     """The verdict of ``run`` (None: not run, as no test reaches the mutant's lines)."""
     if run is None:
-        outcome, by, wall = "survived", "no test reaches it", 0.0
+        outcome, by, wall = "survived", "no test calls its function", 0.0
     elif run.returncode == TIMED_OUT:
         outcome, by, wall = "killed", f"timed out after {TIMEOUT_S} s", run.wall_s
     elif run.returncode == 1:
         outcome, by, wall = "killed", min(run.red) if run.red else "exit 1", run.wall_s
+    elif run.returncode < 0:  # the run died of a signal: the build ran out of memory (SIGKILL) or crashed
+        outcome, by, wall = "killed", f"the run died of signal {-run.returncode}", run.wall_s
     elif run.returncode == 0:
-        outcome, by, wall = "survived", f"{len(tests)} tests reach it: {', '.join(tests[:4])}" + (
+        outcome, by, wall = "survived", f"{len(tests)} tests call its function: {', '.join(tests[:4])}" + (
             ", ..." if len(tests) > 4 else ""), run.wall_s
     else:
         outcome, by, wall = "error", f"pytest exit {run.returncode}: {run.tail(400)}", run.wall_s
@@ -144,8 +148,7 @@ def run_mutants(mutants: tuple[BuildPathMutant, ...], workers: int = 1,
                     mutant = jobs.get_nowait()
                 except queue.Empty:
                     return
-                m = mutant.mutant
-                files, tests = tests_reaching(lines, mutant.file, m.line, m.end_line)
+                files, tests = tests_reaching(lines, mutant.file, *mutant.mutant.scope)
                 run = tier_run(runs, mutant.name, files, only=tests) if tests else None
                 verdict = verdict_of(mutant, run, tests)
                 with lock:

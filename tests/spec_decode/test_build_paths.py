@@ -17,13 +17,14 @@ import pytest
 
 from spec_decode_ci import compat
 from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
-from spec_decode_ci.emulation import BLACKWELL
+from spec_decode_ci.emulation import BLACKWELL, HOPPER
 from spec_decode_ci.flashinfer.builder import BuilderOptions
 
 from .test_reference_equality import assert_trtllm_fields_equal_reference, batches
 
 pytestmark = pytest.mark.build_path
 
+NATIVE = BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False)
 GPUS = [pytest.param(BLACKWELL, id="trtllm"),
         pytest.param(BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False), id="native"),
         pytest.param(BLACKWELL.variant(trtllm_prefill=False), id="native-prefill")]
@@ -123,3 +124,36 @@ def test_native_decode_replays_a_cuda_graph_wrapper_for_pure_decode_batches_only
         assert [c.cuda_graph for c in decode] == [graph], (
             f"{name} ({batch.describe()}): expected one decode wrapper {'for' if graph else 'not for'} CUDA-graph "
             f"replay; came {[c.cuda_graph for c in decode]}. Look: use_cudagraph in build()'s native decode branch")
+
+
+@pytest.mark.parametrize("gpu", [pytest.param(HOPPER, id="sm90"), pytest.param(NATIVE, id="sm100-native")])
+def test_native_decode_plans_one_query_per_decode_token(build_harness, gpu):
+    """Without speculation each decode has one query token: the decode wrapper is planned for as many query rows
+    as the batch has decode tokens (requests planned x queries per request; FA2's per-request planning on SM90)."""
+    harness = build_harness(BuilderOptions(num_spec_tokens=0), gpu)
+    for name, batch in no_speculation_batches(harness.options.page_size):
+        decodes = [c for c in harness.build(batch).plans if c.wrapper == "BatchDecodeWithPagedKVCacheWrapper"]
+        tokens = sum(q for q in batch.query_lens if q == 1)
+        for call in decodes:
+            rows = (len(call.kwargs["indptr"]) - 1) * int(call.kwargs.get("q_len_per_req") or 1)
+            assert rows == tokens, (
+                f"{name} ({batch.describe()}) on {gpu.name}: expected the decode wrapper planned for {tokens} query "
+                f"rows, one per decode token; came {rows} (requests x q_len_per_req). Look: num_input_tokens and "
+                f"q_len_per_req in build()'s native decode branch")
+
+
+def test_non_causal_batches_on_blackwell_are_all_prefill(build_harness):
+    """A non-causal batch (a DFlash drafter's) is not split into decodes where no XQA kernel routes it: every
+    request and token counts as prefill, none as decode."""
+    harness = build_harness(BuilderOptions(non_causal=True))
+    if not compat.flashinfer_attends_non_causally(harness.module):
+        pytest.skip(compat.NO_NON_CAUSAL_PATH)
+    if getattr(harness.builder, "use_xqa", False):
+        pytest.skip("this builder routes non-causal decodes to XQA")
+    batch = dataclasses.replace(spec_decode_batch(3, 2, harness.options.num_spec_tokens, harness.page_size, seed=6),
+                                causal=False)
+    m = harness.build(batch).metadata
+    counts = (m.num_decodes, m.num_decode_tokens, m.num_prefills, m.num_prefill_tokens)
+    assert counts == (0, 0, batch.num_reqs, batch.num_tokens), (
+        f"expected (decodes, decode tokens, prefills, prefill tokens) (0, 0, {batch.num_reqs}, {batch.num_tokens}) "
+        f"for a non-causal batch; came {counts}. Look: build()'s non-causal branch (route_decode)")

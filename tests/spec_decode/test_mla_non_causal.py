@@ -35,21 +35,23 @@ def block(harness, requests: int, queries: int):
     return make_batch([queries] * requests, [queries + page * (i + 1) - 1 for i in range(requests)], page, seed=3)
 
 
-def test_a_uniform_block_builds_as_decodes_of_every_token(harness):
-    batch = non_causal(block(harness, 3, 4))
+def assert_decodes(harness, batch, decodes: int, tokens: int) -> None:
     m = harness.build(batch).metadata
-    assert (m.num_decodes, m.num_prefills, m.num_decode_tokens) == (3, 0, 12), (
-        f"expected a non-causal block of 3 requests x 4 queries built as 3 decodes of 12 tokens; came "
-        f"{(m.num_decodes, m.num_prefills, m.num_decode_tokens)}. Look: the non-causal branch of MLA's build()")
+    assert (m.num_decodes, m.num_prefills, m.num_decode_tokens) == (decodes, 0, tokens), (
+        f"expected {batch.describe()} built as {decodes} decodes of {tokens} tokens; came (decodes, prefills, "
+        f"decode tokens) {(m.num_decodes, m.num_prefills, m.num_decode_tokens)}. Look: the non-causal branch of "
+        f"MLA's build()")
+
+
+def test_a_uniform_block_builds_as_decodes_of_every_token(harness):
+    assert_decodes(harness, non_causal(block(harness, 3, 4)), 3, 12)
 
 
 def test_a_uniform_block_with_trailing_graph_padding_builds(harness):
+    """3 real requests and 2 a graph replay adds, with no queries: 5 decodes of the real requests' 12 tokens."""
     padding = compat.cudagraph_padding(compat.V1_RUNNER)
-    batch = non_causal(dataclasses.replace(block(harness, 3, 4), padded_reqs=2, padding=padding))
-    m = harness.build(batch).metadata
-    assert (m.num_decodes, m.num_prefills, m.num_decode_tokens) == (5, 0, 12), (
-        f"expected 3 real and 2 padded requests built as 5 decodes of 12 tokens; came "
-        f"{(m.num_decodes, m.num_prefills, m.num_decode_tokens)}")
+    assert_decodes(harness, non_causal(dataclasses.replace(block(harness, 3, 4), padded_reqs=2, padding=padding)),
+                   5, 12)
 
 
 @pytest.mark.parametrize("query_lens", [[4, 4, 3], [4, 2, 4], [1, 4, 4]], ids=["short-last", "short-middle",
