@@ -3,7 +3,8 @@
 Two more hardware-boundary fakes live here, each only where it must:
 - on a CPU, the Triton launch ``_copy_page_indices_kernel`` is replaced by a host reference (Triton cannot
   run on a CPU); with CUDA the real kernel runs;
-- the FlashInfer wrappers' ``plan()`` records its arguments instead of planning GPU work.
+- the FlashInfer wrappers' ``plan()`` (and FlashInfer's ``fast_decode_plan``, which re-plans a CUDA-graph
+  wrapper) records its arguments instead of planning GPU work.
 """
 
 from __future__ import annotations
@@ -141,6 +142,11 @@ class BuildHarness(BuildHarnessBase):
             stack.enter_context(mock.patch.object(m, "_copy_page_indices_kernel", CopyPageIndicesOnHost()))
         for name, cls in self._recording_wrappers.items():
             stack.enter_context(mock.patch.object(m, name, cls))
+        if hasattr(m, "fast_decode_plan"):
+            # Hardware boundary: FlashInfer's re-plan of a CUDA-graph decode wrapper (every plan after its first)
+            # plans GPU work as plan() does; its arguments are recorded the same way.
+            stack.enter_context(mock.patch.object(m, "fast_decode_plan",
+                                                  lambda wrapper, *args, **kwargs: wrapper.plan(*args, **kwargs)))
         return stack
 
     def build_context(self) -> ExitStack:

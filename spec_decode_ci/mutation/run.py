@@ -140,6 +140,23 @@ def run_mutants(mutants: tuple[BuildPathMutant, ...], workers: int = 1,
     verdicts: dict[str, Verdict] = {}
     failures: list[BaseException] = []
     lock = threading.Lock()
+    selections: dict[tuple, threading.Lock] = {}  # each selection's control, run once before its first mutant
+    green: set[tuple] = set()
+
+    def control_of(runs: ForkedPytest, files: tuple[str, ...], tests: tuple[str, ...]) -> None:
+        """The unchanged copy against this selection of tests, once: green, or ``ControlNotGreen`` (tests that
+        pass in the whole tier may not pass alone, and a mutant's red would then say nothing)."""
+        with lock:
+            gate = selections.setdefault((files, tests), threading.Lock())
+        with gate:
+            if (files, tests) in green:
+                return
+            control = tier_run(runs, CONTROL, files, only=tests)
+            if control.returncode != 0:
+                raise ControlNotGreen(f"the build-path tests {', '.join(tests)} are not green alone on vLLM's module "
+                                      f"copied unchanged (exit {control.returncode}): red {sorted(control.red)}\n"
+                                      f"{control.tail()}")
+            green.add((files, tests))
 
     def work(runs: ForkedPytest) -> None:
         try:
@@ -149,6 +166,8 @@ def run_mutants(mutants: tuple[BuildPathMutant, ...], workers: int = 1,
                 except queue.Empty:
                     return
                 files, tests = tests_reaching(lines, mutant.file, *mutant.mutant.scope)
+                if tests:
+                    control_of(runs, files, tests)
                 run = tier_run(runs, mutant.name, files, only=tests) if tests else None
                 verdict = verdict_of(mutant, run, tests)
                 with lock:
