@@ -23,11 +23,12 @@ BACKENDS_MUTATED = run.mutated_backends()
 @pytest.mark.harness
 @pytest.mark.parametrize("backend", BACKENDS_MUTATED)
 def test_each_mutant_is_one_change_that_compiles(backend):
-    """Every mutant of this vLLM's functions: its name gives it back, its copy compiles, differs from vLLM's
-    source at its place only and keeps every line's number (tracebacks point at vLLM's file)."""
+    """Every mutant of this vLLM's functions: its name gives it back, its copy differs from vLLM's source and keeps
+    every line's number (tracebacks point at vLLM's file); the first copy of each operator compiles."""
     mutants = backend_mutants(backend)
     assert mutants, f"expected operator mutants of {BACKENDS[backend].mutated} in {BACKENDS[backend].module}; came none"
     source = inspect.getsource(importlib.import_module(BACKENDS[backend].module))
+    compiled: set[str] = set()
     for mutant in mutants:
         assert mutant_named(mutant.name) == mutant, f"{mutant.name} names another mutant"
         assert mutant.mutant.operator in OPERATORS, mutant.describe()
@@ -35,7 +36,9 @@ def test_each_mutant_is_one_change_that_compiles(backend):
         assert changed != source and changed.count("\n") == source.count("\n"), (
             f"expected {mutant.describe()} to change its text and keep the line count; came "
             f"{'no change' if changed == source else 'another line count'}")
-        compile(changed, mutant.file, "exec")
+        if mutant.mutant.operator not in compiled:  # one per operator: compiling the module takes ~0.1 s
+            compile(changed, mutant.file, "exec")
+            compiled.add(mutant.mutant.operator)
     keys = [m.key for m in mutants]
     assert len(set(keys)) == len(keys), "two mutants share a key: the equivalence registry could not tell them apart"
 

@@ -38,12 +38,21 @@ def decode_batches(harness):
         yield "ragged", make_batch([1 + k, 2, 1 + k, 3], [37, 18, 70, 5], page, seed=23)
 
 
-@pytest.mark.parametrize("k", [3, 1])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
-def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, causal, k):
+def test_xqa_draft_mask_lets_each_query_see_its_requests_drafts(build_harness, causal):
     """Every decode's rows of XQA's draft mask, for causal and non-causal batches on Hopper, against the
     reference mask of the decodes' query lengths (FlashInfer's width: 32 columns per packed word); and the query
     tokens XQA reads for each decode are that request's own."""
+    assert_xqa_masks_match_the_reference(build_harness, causal, 3)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
+def test_xqa_draft_mask_with_one_speculative_token(build_harness, causal):
+    """As above with 1 speculative token (MTP's usual): decodes of 2 query tokens."""
+    assert_xqa_masks_match_the_reference(build_harness, causal, 1)
+
+
+def assert_xqa_masks_match_the_reference(build_harness, causal: bool, k: int) -> None:
     if not causal and not compat.flashinfer_attends_non_causally(build_harness(BuilderOptions(), HOPPER).module):
         pytest.skip(compat.NO_NON_CAUSAL_PATH)
     harness = xqa_harness(build_harness, non_causal=not causal, num_spec_tokens=k)
