@@ -126,14 +126,18 @@ def test_native_decode_replays_a_cuda_graph_wrapper_for_pure_decode_batches_only
             f"replay; came {[c.cuda_graph for c in decode]}. Look: use_cudagraph in build()'s native decode branch")
 
 
-@pytest.mark.parametrize("gpu", [pytest.param(HOPPER, id="sm90"), pytest.param(NATIVE, id="sm100-native")])
+@pytest.mark.parametrize("gpu", [pytest.param(HOPPER.variant(trtllm_prefill=False, trtllm_decode=False), id="sm90"),
+                                 pytest.param(NATIVE, id="sm100")])
 def test_native_decode_plans_one_query_per_decode_token(build_harness, gpu):
-    """Without speculation each decode has one query token: the decode wrapper is planned for as many query rows
-    as the batch has decode tokens (requests planned x queries per request; FA2's per-request planning on SM90)."""
+    """Without speculation each decode has one query token: the native decode wrapper is planned for as many query
+    rows as the batch has decode tokens (requests planned x queries per request)."""
     harness = build_harness(BuilderOptions(num_spec_tokens=0), gpu)
     for name, batch in no_speculation_batches(harness.options.page_size):
         decodes = [c for c in harness.build(batch).plans if c.wrapper == "BatchDecodeWithPagedKVCacheWrapper"]
         tokens = sum(q for q in batch.query_lens if q == 1)
+        assert len(decodes) == (1 if tokens else 0), (
+            f"{name} ({batch.describe()}) on {gpu.name}: expected {1 if tokens else 0} native decode plan; came "
+            f"{len(decodes)}. Look: which decode kernel build() picked")
         for call in decodes:
             rows = (len(call.kwargs["indptr"]) - 1) * int(call.kwargs.get("q_len_per_req") or 1)
             assert rows == tokens, (

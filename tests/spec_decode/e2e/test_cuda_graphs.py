@@ -82,8 +82,14 @@ def test_the_mode_log_keeps_vllms_reason_not_its_config_dump():
 
     from spec_decode_ci.e2e.cuda_graphs import logged_mode
 
-    with logged_mode() as kept:
-        logging.getLogger("vllm.config").warning(SAID)
-        logging.getLogger("vllm.v1.engine.core").info(
-            "Initializing a V1 LLM engine (v0.26.0) with config: model='m', compilation_config={'cudagraph_mode': 1}")
+    vllm_logger = logging.getLogger("vllm")
+    level = vllm_logger.level
+    vllm_logger.setLevel(logging.INFO)  # as vLLM configures its loggers (VLLM_LOGGING_LEVEL's default)
+    try:
+        with logged_mode() as kept:
+            logging.getLogger("vllm.config").warning(SAID)
+            logging.getLogger("vllm.v1.engine.core").info(
+                "Initializing a V1 LLM engine (v0.26.0) with config: model='m', compilation_config={'cudagraph_mode': 1}")
+    finally:
+        vllm_logger.setLevel(level)
     assert kept == [SAID], f"expected only vLLM's reason for the mode; came {kept}"
