@@ -44,8 +44,8 @@ def pytest_addoption(parser):
     parser.addoption("--mutation-seed", type=int, default=0, help="the seed --mutants N draws with")
     parser.addoption("--mutation-workers", type=int, default=1,
                      help="tier runs at a time in the mutation suite (each imports vLLM once)")
-    parser.addoption("--mutated-lines", metavar="PATH", default=None,
-                     help="write which lines of the mutated builder functions each test executes (JSON; "
+    parser.addoption("--mutated-calls", metavar="PATH", default=None,
+                     help="write which of the mutated builder functions each test calls (JSON; "
                           "spec_decode_ci.mutation.coverage)")
 
 
@@ -55,11 +55,11 @@ def pytest_configure(config):
     path = config.getoption(RESULTS_OPTION, None)
     if path and not hasattr(config, "workerinput"):  # under xdist the controller sees every worker's reports
         config.pluginmanager.register(ResultsRecorder(path), "spec_decode_ci_results")
-    lines = config.getoption("--mutated-lines", None)
-    if lines:
-        from spec_decode_ci.mutation.coverage import MutatedLinesRecorder
+    calls = config.getoption("--mutated-calls", None)
+    if calls:
+        from spec_decode_ci.mutation.coverage import MutatedCallsRecorder
 
-        config.pluginmanager.register(MutatedLinesRecorder(lines), "spec_decode_ci_mutated_lines")
+        config.pluginmanager.register(MutatedCallsRecorder(calls), "spec_decode_ci_mutated_calls")
 
 
 class ResultsRecorder:

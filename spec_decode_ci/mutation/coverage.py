@@ -1,9 +1,9 @@
-"""Which lines of the mutated functions each test of a run executes (``--mutated-lines PATH``): a mutant in a
-function no test calls cannot change any test's outcome, and one in a function only some tests call is run
-against those.
+"""Which mutated functions each test of a run calls (``--mutated-calls PATH``): a mutant in a function no test
+calls cannot change any test's outcome, and one in a function only some tests call is run against those.
 
-Recorded with ``sys.settrace`` in the frames of the registered backends' ``mutated`` functions only (their code,
-in vLLM's module or in the tier's copy of it, names vLLM's file): ``{"test file::test name": {file: [line, ...]}}``.
+Recorded with ``sys.settrace``'s call events, for the registered backends' ``mutated`` functions only (their code,
+in vLLM's module or in the tier's copy of it, names vLLM's file; a function nested in one counts as it):
+``{"test file::test name": ["file:Class.method", ...]}``.
 """
 
 from __future__ import annotations
@@ -27,36 +27,33 @@ def mutated_code() -> dict[str, tuple[str, ...]]:
     return found
 
 
-class MutatedLinesRecorder:
-    """The plugin ``--mutated-lines PATH`` registers: each test's executed lines of the mutated functions, written
-    to PATH as the session ends."""
+def function_id(file: str, qualname: str) -> str:
+    return f"{file}:{qualname}"
+
+
+class MutatedCallsRecorder:
+    """The plugin ``--mutated-calls PATH`` registers: the mutated functions each test called, written to PATH as
+    the session ends."""
 
     def __init__(self, path: str):
         self.path = Path(path)
         self.functions = mutated_code()
-        self.lines: dict[str, dict[str, set[int]]] = {}
-        self._current: dict[str, set[int]] | None = None
+        self.calls: dict[str, set[str]] = {}
+        self._current: set[str] | None = None
 
-    def _traced(self, code) -> bool:
-        names = self.functions.get(code.co_filename)
-        return names is not None and any(code.co_qualname == n or code.co_qualname.startswith(n + ".<locals>.")
-                                         for n in names)
-
-    def _global(self, frame, event, arg):
-        if event == "call" and self._traced(frame.f_code):
-            return self._local
-        return None
-
-    def _local(self, frame, event, arg):
-        if event == "line" and self._current is not None:
-            self._current.setdefault(frame.f_code.co_filename, set()).add(frame.f_lineno)
-        return self._local
+    def _called(self, frame, event, arg):
+        code = frame.f_code
+        if event == "call" and self._current is not None:
+            for name in self.functions.get(code.co_filename, ()):
+                if code.co_qualname == name or code.co_qualname.startswith(name + ".<locals>."):
+                    self._current.add(function_id(code.co_filename, name))
+        return None  # no line events: which functions ran is all that is recorded
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        self._current = self.lines.setdefault(f"{item.path}::{item.name}", {})
+        self._current = self.calls.setdefault(f"{item.path}::{item.name}", set())
         previous = sys.gettrace()
-        sys.settrace(self._global)
+        sys.settrace(self._called)
         try:
             yield
         finally:
@@ -64,15 +61,12 @@ class MutatedLinesRecorder:
             self._current = None
 
     def pytest_sessionfinish(self, session):
-        self.path.write_text(json.dumps({test: {f: sorted(ls) for f, ls in files.items()}
-                                         for test, files in self.lines.items()}, sort_keys=True))
+        self.path.write_text(json.dumps({test: sorted(called) for test, called in self.calls.items()},
+                                        sort_keys=True))
 
 
-def tests_reaching(lines: dict[str, dict[str, list[int]]], file: str, first: int, last: int
-                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The test files and the tests (``function[parameters]``) that executed any of lines ``first``..``last`` of
-    ``file``."""
-    reaching = sorted(test for test, files in lines.items()
-                      if any(first <= line <= last for line in files.get(file, ())))
-    return (tuple(sorted({t.rsplit("::", 1)[0] for t in reaching})),
-            tuple(sorted({t.rsplit("::", 1)[1] for t in reaching})))
+def tests_calling(calls: dict[str, list[str]], file: str, function: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The test files and the tests (``function[parameters]``) that called ``function`` of ``file``."""
+    calling = sorted(test for test, called in calls.items() if function_id(file, function) in called)
+    return (tuple(sorted({t.rsplit("::", 1)[0] for t in calling})),
+            tuple(sorted({t.rsplit("::", 1)[1] for t in calling})))

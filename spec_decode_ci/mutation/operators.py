@@ -44,7 +44,6 @@ class Mutant:
     after: str  # what replaces it
     context: str  # for a constant: the text of the expression it stands in (empty for the others)
     occurrence: int  # 1 + how many earlier mutants of this function have the same operator, text and context
-    scope: tuple[int, int] = (0, 0)  # the first and last line of the mutated function
 
     @property
     def where(self) -> str:
@@ -233,5 +232,5 @@ def mutants_of(source: str, qualnames: tuple[str, ...]) -> list[Mutant]:
             seen[(operator, before, after, context)] = count
             mutants.append(Mutant(name, operator, replaced.lineno, offsets.column(replaced.lineno, replaced.col_offset),
                                   replaced.end_lineno, offsets.column(replaced.end_lineno, replaced.end_col_offset),
-                                  before, after, context, count, (function.lineno, function.end_lineno)))
+                                  before, after, context, count))
     return mutants

@@ -24,12 +24,12 @@ import random
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from spec_decode_ci import model_info
 from spec_decode_ci.backends import BACKENDS
 from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD
-from spec_decode_ci.mutation.coverage import tests_reaching
+from spec_decode_ci.mutation.coverage import tests_calling
 from spec_decode_ci.mutation import equivalent
 from spec_decode_ci.mutation.mutants import BuildPathMutant, backend_mutants, missing_functions
 from spec_decode_ci.patches import TIER
@@ -76,7 +76,7 @@ class Verdict:
 
 
 def verdict_of(mutant: BuildPathMutant, run: PytestRun | None, tests: tuple[str, ...]) -> Verdict:
-    """The verdict of ``run`` (None: not run, as no test reaches the mutant's lines)."""
+    """The verdict of ``run`` (None: not run, as no test calls the mutant's function)."""
     if run is None:
         outcome, by, wall = "survived", "no test calls its function", 0.0
     elif run.returncode == TIMED_OUT:
@@ -102,18 +102,18 @@ def tier_run(runs: ForkedPytest, name: str, files: tuple[str, ...] = TIER, only:
                     timeout_s=TIMEOUT_S)
 
 
-def control_lines(runs: ForkedPytest) -> dict[str, dict[str, list[int]]]:
-    """The tier against vLLM's module copied unchanged, each test's executed lines of the mutated functions;
+def control_calls(runs: ForkedPytest) -> dict[str, list[str]]:
+    """The tier against vLLM's module copied unchanged, the mutated functions each test called;
     ``ControlNotGreen`` where the tier is red there."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/lines.json"
-        control = tier_run(runs, CONTROL, extra=("--mutated-lines", path))
+        path = f"{tmp}/calls.json"
+        control = tier_run(runs, CONTROL, extra=("--mutated-calls", path))
         if control.returncode != 0:
             raise ControlNotGreen(f"the build-path tier is not green on vLLM's module copied unchanged "
                                   f"(exit {control.returncode}): no mutant's verdict would mean anything\n"
                                   f"{control.tail()}")
-        with open(path) as lines:
-            return json.load(lines)
+        with open(path) as calls:
+            return json.load(calls)
 
 
 class ControlNotGreen(RuntimeError):
@@ -127,7 +127,7 @@ def run_mutants(mutants: tuple[BuildPathMutant, ...], workers: int = 1,
     warm_up = model_info.start()  # one warm-up of vLLM's model-class facts for every run (None: the session's)
     servers = [ForkedPytest(preload=TIER_PRELOAD) for _ in range(max(1, min(workers, len(mutants))))]
     try:
-        lines = control_lines(servers[0])
+        calls = control_calls(servers[0])
     except BaseException:
         for runs in servers:
             runs.close()
@@ -165,7 +165,7 @@ def run_mutants(mutants: tuple[BuildPathMutant, ...], workers: int = 1,
                     mutant = jobs.get_nowait()
                 except queue.Empty:
                     return
-                files, tests = tests_reaching(lines, mutant.file, *mutant.mutant.scope)
+                files, tests = tests_calling(calls, mutant.file, mutant.mutant.function)
                 if tests:
                     control_of(runs, files, tests)
                 run = tier_run(runs, mutant.name, files, only=tests) if tests else None

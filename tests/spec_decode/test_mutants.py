@@ -127,10 +127,11 @@ def test_a_mutant_applies_only_to_the_source_it_was_made_from():
         mutant.applied_to(SOURCE.replace("n > 0", "n > 1"))
 
 
-def test_a_mutant_runs_against_the_tests_that_reach_its_lines_only():
-    from spec_decode_ci.mutation.coverage import tests_reaching
+def test_a_mutant_runs_against_the_tests_that_call_its_function_only():
+    from spec_decode_ci.mutation.coverage import tests_calling
 
-    lines = {"/t/a.py::test_one[16]": {"/v/f.py": [10, 11]}, "/t/b.py::test_two": {"/v/f.py": [30]},
-             "/t/b.py::test_three": {"/v/g.py": [11]}}
-    assert tests_reaching(lines, "/v/f.py", 11, 12) == (("/t/a.py",), ("test_one[16]",))
-    assert tests_reaching(lines, "/v/f.py", 20, 29) == ((), ())
+    calls = {"/t/a.py::test_one[16]": ["/v/f.py:B.build"], "/t/b.py::test_two": ["/v/f.py:B.build", "/v/f.py:h"],
+             "/t/b.py::test_three": ["/v/g.py:B.build"]}
+    assert tests_calling(calls, "/v/f.py", "B.build") == (("/t/a.py", "/t/b.py"), ("test_one[16]", "test_two"))
+    assert tests_calling(calls, "/v/f.py", "h") == (("/t/b.py",), ("test_two",))
+    assert tests_calling(calls, "/v/f.py", "other") == ((), ())
