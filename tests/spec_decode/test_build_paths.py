@@ -20,13 +20,13 @@ from spec_decode_ci.buildpath.batches import make_batch, spec_decode_batch
 from spec_decode_ci.emulation import BLACKWELL, HOPPER
 from spec_decode_ci.flashinfer.builder import BuilderOptions
 
+from .test_native_plan import NATIVE
 from .test_reference_equality import assert_trtllm_fields_equal_reference, batches
 
 pytestmark = pytest.mark.build_path
 
-NATIVE = BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False)
 GPUS = [pytest.param(BLACKWELL, id="trtllm"),
-        pytest.param(BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False), id="native"),
+        pytest.param(NATIVE, id="native"),
         pytest.param(BLACKWELL.variant(trtllm_prefill=False), id="native-prefill")]
 
 
@@ -93,7 +93,6 @@ def test_layers_that_differ_are_refused_on_native_paths_only(build_harness, othe
     """A model whose layers differ in window or soft cap: FlashInfer's native kernels take one value for all, so
     vLLM refuses a batch with a native phase; an all-TRTLLM batch (TRTLLM reads each layer's own) builds."""
     options = BuilderOptions(other_layer=other_layer)
-    native = BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False)
     batch = spec_decode_batch(2, 2, options.num_spec_tokens, options.page_size, seed=9)
     try:
         trtllm = build_harness(options)
@@ -102,7 +101,7 @@ def test_layers_that_differ_are_refused_on_native_paths_only(build_harness, othe
     metadata = trtllm.build(batch).metadata
     assert metadata.num_prefills == 2, f"expected the all-TRTLLM batch built; came {metadata}"
     with pytest.raises((ValueError, AssertionError), match=refusal):
-        build_harness(options, native).build(batch)
+        build_harness(options, NATIVE).build(batch)
 
 
 def test_native_decode_replays_a_cuda_graph_wrapper_for_pure_decode_batches_only(build_harness):
@@ -110,7 +109,7 @@ def test_native_decode_replays_a_cuda_graph_wrapper_for_pure_decode_batches_only
     ((1 + k) x max_num_seqs tokens, capped by the largest capture size) plans a CUDA-graph decode wrapper, whose
     persistent buffers a replay reads; a decode beside prefills plans the eager one."""
     options = BuilderOptions(num_spec_tokens=0, max_num_seqs=16)
-    harness = build_harness(options, BLACKWELL.variant(trtllm_prefill=False, trtllm_decode=False))
+    harness = build_harness(options, NATIVE)
     compilation = harness.vllm_config.compilation_config
     if not compilation.cudagraph_mode.has_full_cudagraphs():
         pytest.skip(f"vLLM resolved cudagraph_mode {compilation.cudagraph_mode.name}: no full graphs to replay")
