@@ -51,8 +51,11 @@ CUDA_GRAPHS = "cuda_graphs"
 # {"backend", "generated", "run", "killed", "equivalent", "rate", "goal", "missing_functions", "survivors",
 #  "stale_equivalents", "errors"}: the build-path tier against operator mutants of a backend (mutation.run.Score)
 MUTATION_SCORE = "mutation_score"
+# {"speedup", "speculative": {"tokens_per_s", "min", "max", "runs", "output_tokens", "tpot_ms", "gpu_idle_share",
+#  "start_s"}, "target": {...}, "floor": x | null, "command": str}: both engines as vLLM runs by default (e2e.speed)
+SPEED = "speed"
 FIGURES = (ACCEPTANCE_PER_POSITION, ACCEPTANCE_LENGTH, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX, MIXED_BATCHES,
-           ENGINE_START_S, VLLM_AREA_DRIFT, CUDA_GRAPHS, MUTATION_SCORE)
+           ENGINE_START_S, VLLM_AREA_DRIFT, CUDA_GRAPHS, MUTATION_SCORE, SPEED)
 MESSAGE_CHARS = 600  # a check's message is cut here: an annotation must stay short
 
 

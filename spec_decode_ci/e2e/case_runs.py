@@ -11,7 +11,8 @@ import pytest
 
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
 from spec_decode_ci.e2e.runner import Run, run_case
-from spec_decode_ci.e2e.runner_choice import not_served
+from spec_decode_ci.e2e.runner_choice import asked_runner, not_served
+from spec_decode_ci.e2e.speed import SpeedResult, measure
 
 
 def missing_weights(case: Case) -> str | None:
@@ -71,15 +72,23 @@ class CaseRuns:
         self.config = config
         self._runs: dict[str, Run] = {}
 
+    def _skip_unless_runnable(self, case: Case) -> None:
+        reason = missing_weights(case) or missing_prompts(case) or not_served(self.config, case)
+        if reason:
+            pytest.skip(reason)
+
     def get(self, case: Case, speculative: bool) -> Run:
         key = repr(engine_kwargs(self.config, case, speculative))
         if key not in self._runs:
-            reason = missing_weights(case) or missing_prompts(case) or not_served(self.config, case)
-            if reason:
-                pytest.skip(reason)
+            self._skip_unless_runnable(case)
             self._runs[key] = run_case(self.config, case, speculative)
         run = self._runs[key]
         assert run.stopped_at_sync is None, (
             f"vLLM's own sync check (error mode) stopped the {'speculative' if speculative else 'target-alone'} "
             f"run at a host sync in the step: {run.stopped_at_sync}")
         return run
+
+    def speed(self, case: Case, workdir: Path) -> SpeedResult:
+        """``case``'s speed, both engines as vLLM runs by default, measured by a child process (``e2e.speed``)."""
+        self._skip_unless_runnable(case)
+        return measure(self.config, case, workdir, asked_runner())

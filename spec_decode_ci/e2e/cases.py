@@ -84,6 +84,9 @@ class Case:
     # This case's engines without CUDA graphs or torch.compile (the engine's `enforce_eager` otherwise): one eager
     # case per suite tells a bug of one mode from a bug of both.
     enforce_eager: bool | None = None
+    # The least speedup (the speculative engine's output tokens/s over the target alone's, as vLLM runs by default:
+    # e2e.speed) this case must keep; None: measured and compared with the baseline run, no floor.
+    min_speedup: float | None = None
 
     @property
     def acceptance_length_floor(self) -> float:
@@ -144,6 +147,7 @@ def _parse_case(doc, path: str, suite: str) -> Case:
         acceptance_per_position_rtol=r.get("acceptance_per_position_rtol", fraction),
         prompt_set=r.get("prompt_set", one_of(PROMPT_SETS), "config"),
         enforce_eager=r.get("enforce_eager", boolean),
+        min_speedup=r.get("min_speedup", non_negative),
     )
     r.finish()
     if case.acceptance_per_position_rtol is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from spec_decode_ci.e2e.runner import Run, prompts
 from spec_decode_ci.e2e.runner_choice import check_ran_on_asked
 from spec_decode_ci.results import (
     ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, CUDA_GRAPHS, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX,
-    MIXED_BATCHES, RUNNER_PROPERTY,
+    MIXED_BATCHES, RUNNER_PROPERTY, SPEED,
 )
 
 def record_wall_time(record_property, run: Run, name: str) -> None:
@@ -229,6 +230,25 @@ def check_cuda_graph_mode(runs: CaseRuns, case: Case, record_property) -> None:
     assert problem is None, problem
 
 
+def check_speed(runs: CaseRuns, case: Case, record_property, workdir: Path) -> None:
+    """Both engines of the case as vLLM runs by default (own engine process, CUDA graphs, async scheduling), timed
+    after warm-up without instrumentation (``e2e.speed``): tokens/s, time per output token, GPU idle share and the
+    speedup recorded; the speedup at least the case's floor where it has one."""
+    if eager(runs.config, case):
+        pytest.skip("speed is measured as vLLM runs by default, with CUDA graphs and torch.compile; this is the "
+                    "suite's eager case")
+    result = runs.speed(case, workdir)
+    record_property(SPEED, result.figure(case.min_speedup))
+    if case.min_speedup is not None:
+        spec, target = result.speculative, result.target
+        assert result.speedup >= case.min_speedup, (
+            f"expected {case.id}'s speculative engine at least {case.min_speedup:g}x the target alone's output "
+            f"tokens/s; came {result.speedup:.3f}x ({spec.median:.1f} vs {target.median:.1f} tokens/s, GPU idle "
+            f"{spec.gpu_idle_share} vs {target.gpu_idle_share}, TPOT {spec.tpot_ms} vs {target.tpot_ms} ms). Look: "
+            f"the CUDA-graph mode the engine ran (test_cuda_graph_mode_at_least_the_matrixs), its acceptance, host "
+            f"syncs in its step; rerun: {shlex.join(result.command)}")
+
+
 class SuiteTests:
     """The e2e tests of one suite; a module subclasses it with ``suite = "<name>"`` and gets one test per
     check and case (``case`` is parametrized from spec_decode_ci/e2e/cases.yaml, ``runs`` built, by the pytest plugin)."""
@@ -256,3 +276,6 @@ class SuiteTests:
 
     def test_cuda_graph_mode_at_least_the_matrixs(self, runs, case, record_property):
         check_cuda_graph_mode(runs, case, record_property)
+
+    def test_speed_as_vllm_runs_by_default(self, runs, case, record_property, tmp_path):
+        check_speed(runs, case, record_property, tmp_path)

@@ -17,7 +17,7 @@ from typing import Any
 from spec_decode_ci import __version__, results
 from spec_decode_ci.generator.names import BASELINE_BUILD_ENV
 from spec_decode_ci.report import agent
-from spec_decode_ci.report.compare import ACCEPTANCE_TOLERANCE, START_RATIO, baseline_for, compare
+from spec_decode_ci.report.compare import ACCEPTANCE_TOLERANCE, SPEED_TOLERANCE, START_RATIO, baseline_for, compare
 from spec_decode_ci.report.history import MissingPlotting, draw
 from spec_decode_ci.report.markdown import red, render
 
@@ -49,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
                              f"(default {ACCEPTANCE_TOLERANCE})")
     report.add_argument("--start-ratio", type=float, default=START_RATIO,
                         help=f"engine start over this many times the baseline's is marked (default {START_RATIO})")
+    report.add_argument("--speed-tolerance", type=float, default=SPEED_TOLERANCE,
+                        help=f"a speedup or tokens/s this share below the baseline's is marked (default "
+                             f"{SPEED_TOLERANCE})")
     report.add_argument("--history", type=Path, metavar="DIR", help="draw the trend over every results file here")
     report.add_argument("--output", type=Path, metavar="PATH",
                         help="write the Markdown (or, with --history, the PNG) here instead of annotating/printing")
@@ -87,7 +90,7 @@ def baselines(args, runs_paths: list[Path]) -> tuple[list[dict[str, Any]], str]:
 
 
 def annotation(runs: list[dict[str, Any]], candidates: list[dict[str, Any]], none_found: str,
-               tolerance: float, start_ratio: float) -> tuple[str, str]:
+               tolerance: float, start_ratio: float, speed_tolerance: float = SPEED_TOLERANCE) -> tuple[str, str]:
     """The Markdown of every run, and the annotation style (error: a test red; warning: a figure worse)."""
     bodies, worse = [], False
     for run in runs:
@@ -98,7 +101,7 @@ def annotation(runs: list[dict[str, Any]], candidates: list[dict[str, Any]], non
             number = baseline["step"].get("build_number")
             line = (f"Compared with {'build ' + str(number) if number else 'the baseline'} "
                     f"(vLLM {baseline['vllm'].get('version') or '?'}, finished {baseline['finished_at']}).")
-        marks = compare(run, baseline, tolerance, start_ratio)
+        marks = compare(run, baseline, tolerance, start_ratio, speed_tolerance)
         worse = worse or any(m.worse for m in marks)
         bodies.append(render(run, marks, line))
     style = "error" if any(red(r) for r in runs) else "warning" if worse else "success"
@@ -122,7 +125,7 @@ def report(args) -> int:
         raise ReportError("expected at least one RESULTS file or folder")
     runs = _load(args.results, "results files")
     candidates, none_found = baselines(args, [p for p in args.results if not p.is_dir()])
-    body, style = annotation(runs, candidates, none_found, args.tolerance, args.start_ratio)
+    body, style = annotation(runs, candidates, none_found, args.tolerance, args.start_ratio, args.speed_tolerance)
     context = args.context or results.step_key(runs[0]) or PROG
     if args.output is not None:
         write_text(args.output, body)

@@ -1,8 +1,8 @@
 """What moved between a run's results and an earlier run's (its baseline), figure by figure.
 
 A mark says which figure of which case moved, how, and whether it got worse. The tolerances are the report's
-options: acceptance per draft position (absolute, in accepted drafts per drafting step) and the ratio engine start
-time may grow by.
+options: acceptance per draft position (absolute, in accepted drafts per drafting step), the ratio engine start
+time may grow by, and the share speed (the speedup, the speculative engine's tokens/s) may fall by.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ from typing import Any
 
 from spec_decode_ci.results import (
     ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX,
-    MUTATION_SCORE, step_key,
+    MUTATION_SCORE, SPEED, step_key,
 )
 
 ACCEPTANCE_TOLERANCE = 0.05  # a rate per draft position that moves less than this is noise
 START_RATIO = 1.5  # engine start this many times the baseline's is a regression (compile caches, loading)
+# A speed figure (speedup; the speculative engine's output tokens/s) this share below the baseline's is marked. The
+# spread of repeated runs on one GPU sets it (docs/benchmarks.md, "Speed as vLLM runs by default").
+SPEED_TOLERANCE = 0.10
 RED = ("failed", "error")
 
 
@@ -62,7 +65,7 @@ def against_prediction(case: dict[str, Any], tolerance: float) -> list[Mark]:
 
 
 def against_baseline(case: dict[str, Any], before: dict[str, Any] | None, tolerance: float,
-                     start_ratio: float) -> list[Mark]:
+                     start_ratio: float, speed_tolerance: float = SPEED_TOLERANCE) -> list[Mark]:
     """The figures of ``case`` that moved against the same case of the baseline run."""
     cid = case["id"]
     if before is None:
@@ -97,6 +100,7 @@ def against_baseline(case: dict[str, Any], before: dict[str, Any] | None, tolera
                 marks.append(Mark(cid, ENGINE_START_S, f"{run} engine start {s:.1f} s, baseline {b:.1f} s "
                                                        f"(over {start_ratio:g}x)", True))
     marks += _mutation_score_fell(cid, now.get(MUTATION_SCORE), was.get(MUTATION_SCORE))
+    marks += _speed_fell(cid, now.get(SPEED), was.get(SPEED), speed_tolerance)
     outcome_was = {c["test"]: c["outcome"] for c in before["checks"]}
     for check in case["checks"]:
         was_outcome = outcome_was.get(check["test"])
@@ -117,8 +121,21 @@ def _mutation_score_fell(cid: str, now: Any, was: Any) -> list[Mark]:
                  True)]
 
 
+def _speed_fell(cid: str, now: Any, was: Any, tolerance: float) -> list[Mark]:
+    """The speedup, or the speculative engine's output tokens/s, more than ``tolerance`` below the baseline's."""
+    if not (isinstance(now, dict) and isinstance(was, dict)):
+        return []
+    pairs = [("speedup", _number(now.get("speedup")), _number(was.get("speedup")), "x"),
+             ("speculative tokens/s", _number((now.get("speculative") or {}).get("tokens_per_s")),
+              _number((was.get("speculative") or {}).get("tokens_per_s")), " tokens/s")]
+    return [Mark(cid, SPEED, f"{what} {value:g}{unit}, baseline {before:g}{unit} ({value / before - 1:+.0%}, "
+                             f"tolerance {tolerance:.0%})", True)
+            for what, value, before, unit in pairs
+            if value is not None and before and value < before * (1 - tolerance)]
+
+
 def compare(results: dict[str, Any], baseline: dict[str, Any] | None, tolerance: float = ACCEPTANCE_TOLERANCE,
-            start_ratio: float = START_RATIO) -> list[Mark]:
+            start_ratio: float = START_RATIO, speed_tolerance: float = SPEED_TOLERANCE) -> list[Mark]:
     """Every mark of ``results``: each case against its prediction and, given a baseline run, against the same
     case there (cases the baseline had and this run lacks included)."""
     marks: list[Mark] = []
@@ -126,7 +143,7 @@ def compare(results: dict[str, Any], baseline: dict[str, Any] | None, tolerance:
     for case in results["cases"]:
         marks += against_prediction(case, tolerance)
         if baseline is not None:
-            marks += against_baseline(case, earlier.get(case["id"]), tolerance, start_ratio)
+            marks += against_baseline(case, earlier.get(case["id"]), tolerance, start_ratio, speed_tolerance)
     if baseline is not None:
         present = {c["id"] for c in results["cases"]}
         marks += [Mark(cid, "case", "gone: in the baseline, not in this run", True)

@@ -1,11 +1,12 @@
-"""The trend over many runs' results: acceptance per case and draft position, and engine start time, as a PNG."""
+"""The trend over many runs' results: acceptance per case and draft position, the speedup per case, and engine start
+time, as a PNG."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from spec_decode_ci.results import ACCEPTANCE_PER_POSITION, ENGINE_START_S, step_key
+from spec_decode_ci.results import ACCEPTANCE_PER_POSITION, ENGINE_START_S, SPEED, step_key
 
 
 class MissingPlotting(RuntimeError):
@@ -16,15 +17,17 @@ def _build(run: dict[str, Any]) -> str:
     return str(run["step"].get("build_number") or run["finished_at"][:16])
 
 
-def series(runs: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[int, list]], dict[str, list]]:
+def series(runs: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[int, list]], dict[str, list],
+                                                dict[str, list]]:
     """Builds in the order they finished as x labels (runs of several steps in one build share one); per case and
     position the acceptance in each build (None where it was not measured); per case and engine the start
-    seconds. A case is named with its step where the runs come from several steps."""
+    seconds; per case the speedup. A case is named with its step where the runs come from several steps."""
     runs = sorted(runs, key=lambda r: r["finished_at"])
     labels = list(dict.fromkeys(_build(r) for r in runs))
     several = len({step_key(r) for r in runs}) > 1
     acceptance: dict[str, dict[int, list]] = {}
     start: dict[str, list] = {}
+    speedup: dict[str, list] = {}
     for run in runs:
         x = labels.index(_build(run))
         for case in run["cases"]:
@@ -37,7 +40,10 @@ def series(runs: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[int, l
             if isinstance(starts, dict):
                 for engine, seconds in starts.items():
                     start.setdefault(f"{name} ({engine})", [None] * len(labels))[x] = seconds
-    return labels, acceptance, start
+            speed = case["figures"].get(SPEED)
+            if isinstance(speed, dict) and isinstance(speed.get("speedup"), (int, float)):
+                speedup.setdefault(name, [None] * len(labels))[x] = speed["speedup"]
+    return labels, acceptance, start, speedup
 
 
 def draw(runs: list[dict[str, Any]], output: Path) -> Path:
@@ -49,9 +55,9 @@ def draw(runs: list[dict[str, Any]], output: Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingPlotting("--history draws with matplotlib: pip install 'spec-decode-ci[report]'") from None
-    labels, acceptance, start = series(runs)
+    labels, acceptance, start, speedup = series(runs)
     cases = sorted(acceptance)
-    rows = len(cases) + 1
+    rows = len(cases) + 2
     fig, axes = plt.subplots(rows, 1, figsize=(max(6.0, 0.5 * len(labels) + 3), 2.6 * rows), squeeze=False)
     xs = list(range(len(labels)))
     for ax, case in zip(axes[:, 0], cases):
@@ -59,6 +65,13 @@ def draw(runs: list[dict[str, Any]], output: Path) -> Path:
             ax.plot(xs, [float("nan") if r is None else r for r in rates], marker="o", label=f"position {pos}")
         ax.set_title(f"{case}: acceptance per draft position")
         ax.set_ylim(0, 1.05)
+        ax.legend(loc="lower left", fontsize="small")
+    ax = axes[-2, 0]
+    for name, ratios in sorted(speedup.items()):
+        ax.plot(xs, [float("nan") if r is None else r for r in ratios], marker="o", label=name)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_title("speedup (speculative tokens/s over the target alone's)")
+    if speedup:
         ax.legend(loc="lower left", fontsize="small")
     ax = axes[-1, 0]
     for name, seconds in sorted(start.items()):

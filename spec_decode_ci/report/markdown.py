@@ -9,7 +9,7 @@ import jinja2
 from spec_decode_ci.report.compare import RED, Mark
 from spec_decode_ci.results import (
     ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, CUDA_GRAPHS, ENGINE_START_S, HOST_SYNCS_PER_STEP_MAX, OUTCOMES,
-    MUTATION_SCORE, VLLM_AREA_DRIFT,
+    MUTATION_SCORE, SPEED, VLLM_AREA_DRIFT,
 )
 
 ICONS = {"failed": "❌", "error": "💥", "passed": "✅", "skipped": "⏭️"}
@@ -77,6 +77,21 @@ def _graphs(figure: Any) -> str:
     return f"{figure.get('resolved') or NONE}; spec batches {batches}{expected}"
 
 
+def _share(value: Any) -> str:
+    return NONE if value is None else f"{value:.0%}"
+
+
+def _speed(figure: Any, marked: list[Mark]) -> str:
+    """The speedup, then each engine's output tokens/s and the share of the run its GPU sat idle."""
+    if not isinstance(figure, dict) or figure.get("speedup") is None:
+        return NONE
+    spec, target = figure.get("speculative") or {}, figure.get("target") or {}
+    floor = f" (≥ {figure['floor']:g}x)" if figure.get("floor") is not None else ""
+    text = (f"{figure['speedup']:.2f}x{floor}: {spec.get('tokens_per_s')} vs {target.get('tokens_per_s')} tok/s, "
+            f"GPU idle {_share(spec.get('gpu_idle_share'))} vs {_share(target.get('gpu_idle_share'))}")
+    return _flag(text, SPEED, marked)
+
+
 def row(case: dict[str, Any], marks: list[Mark]) -> list[str]:
     figures = case["figures"]
     moved = "; ".join(f"{WORSE if m.worse else BETTER} {m.figure}: {m.text}" for m in marks)
@@ -87,7 +102,8 @@ def row(case: dict[str, Any], marks: list[Mark]) -> list[str]:
         _per_position(figures.get(ACCEPTANCE_PER_POSITION), marks),
         _plain(figures.get(ACCEPTANCE_LENGTH), ACCEPTANCE_LENGTH, marks, "{:.3f}"),
         _plain(figures.get(HOST_SYNCS_PER_STEP_MAX), HOST_SYNCS_PER_STEP_MAX, marks),
-        _graphs(figures.get(CUDA_GRAPHS)), _start(figures.get(ENGINE_START_S), marks), moved or NONE)]
+        _graphs(figures.get(CUDA_GRAPHS)), _speed(figures.get(SPEED), marks), _start(figures.get(ENGINE_START_S), marks),
+        moved or NONE)]
 
 
 def about(results: dict[str, Any]) -> str:

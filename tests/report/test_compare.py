@@ -110,3 +110,33 @@ def test_the_annotation_lists_each_backends_score_and_survivors():
     text = render(now, [], "no baseline")
     assert "flashinfer: 90.0% of the non-equivalent mutants killed (goal 95%): 192 of 192 run" in text, text
     assert "survived: `flashinfer.py:1592 [compare] a >= 128 -> a > 128`" in text, text
+
+
+def speed_figure(speedup: float, spec_tps: float, floor=None) -> dict:
+    return {"speedup": speedup, "floor": floor, "command": "python -m spec_decode_ci.e2e.speed ...",
+            "speculative": {"tokens_per_s": spec_tps, "gpu_idle_share": 0.12},
+            "target": {"tokens_per_s": round(spec_tps / speedup, 1), "gpu_idle_share": 0.3}}
+
+
+def test_speed_that_fell_beyond_the_tolerance_is_marked():
+    """A speedup, or the speculative engine's tokens/s, more than the tolerance below the baseline's is worse;
+    within it, or faster, is not marked."""
+    before = run(speed=speed_figure(2.0, 600.0))
+    assert marks(run(speed=speed_figure(1.7, 600.0)), before) == [
+        ("speed", "speedup 1.7x, baseline 2x (-15%, tolerance 10%)", True)]
+    assert marks(run(speed=speed_figure(2.0, 500.0)), before) == [
+        ("speed", "speculative tokens/s 500 tokens/s, baseline 600 tokens/s (-17%, tolerance 10%)", True)]
+    assert marks(run(speed=speed_figure(1.85, 560.0)), before) == []
+    assert marks(run(speed=speed_figure(1.7, 600.0)), before, speed_tolerance=0.2) == []
+    assert marks(run(speed=speed_figure(2.4, 700.0)), before) == []
+
+
+def test_the_annotation_shows_the_speedup_with_both_engines():
+    from spec_decode_ci.report.markdown import render
+
+    now = run(speed=speed_figure(1.5, 450.0, floor=1.2))
+    now.update(exit_status=0, summary={"passed": 1}, device={"name": "h100"}, runner="V2")
+    worse = compare(now, run(speed=speed_figure(2.0, 600.0)))
+    text = render(now, worse, "compared")
+    assert "1.50x (≥ 1.2x): 450.0 vs 300.0 tok/s, GPU idle 12% vs 30%" in text, text
+    assert "⚠️ eagle3-llama, speed: speedup 1.5x, baseline 2x" in text, text

@@ -115,6 +115,7 @@ def test_history_draws_the_trend_as_a_png(tmp_path, demo_results):
         night = json.loads(json.dumps(data))
         night["step"]["build_number"], night["finished_at"] = number, f"2026-12-0{number - 39}T03:00:00+00:00"
         night["cases"][0]["figures"]["acceptance_per_position"]["measured"] = [1.0, rate]
+        night["cases"][0]["figures"]["speed"] = {"speedup": 2 * rate}
         (runs / str(number)).mkdir(parents=True)
         (runs / str(number) / "results.json").write_text(json.dumps(night))
     proc = report("--history", str(runs), "--output", str(tmp_path / "trend.png"))
@@ -122,10 +123,11 @@ def test_history_draws_the_trend_as_a_png(tmp_path, demo_results):
     assert (tmp_path / "trend.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from spec_decode_ci import results
 
-    labels, acceptance, start = series(results.load_all([runs]))
+    labels, acceptance, start, speedup = series(results.load_all([runs]))
     assert labels == ["40", "41", "42"]
     assert acceptance["eagle-tiny"] == {0: [1.0, 1.0, 1.0], 1: [0.7, 0.6, 0.5]}
     assert start["eagle-tiny (speculative)"] == [40.0, 40.0, 40.0]
+    assert speedup["eagle-tiny"] == [1.4, 1.2, 1.0]
 
 
 def test_history_needs_an_output(tmp_path, demo_results):

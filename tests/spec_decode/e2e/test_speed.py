@@ -1,0 +1,112 @@
+"""The speed check's parts that need no GPU: the child's command line reproduces the case's engines, vLLM's time per
+output token is read between two readings of its histogram, and the check's skip, figure and floor."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from spec_decode_ci.e2e import cases, speed
+from spec_decode_ci.e2e.checks import check_speed
+from spec_decode_ci.results import SPEED
+
+pytestmark = pytest.mark.e2e_offline
+
+
+def smoke_case(root: Path, case_id: str) -> tuple[cases.SuiteConfig, cases.Case]:
+    config = speed.with_tiny_models(cases.parse(cases.SMOKE_CONFIG_PATH), root)
+    for name in config.tiny_models:
+        (root / name).mkdir(parents=True, exist_ok=True)
+    return config, next(c for c in config.all_cases() if c.id == case_id)
+
+
+@pytest.mark.parametrize("case_id", ["tiny-llama-eagle3", "tiny-mimo-mtp", "tiny-llama-self"])
+def test_the_childs_command_line_names_the_same_engines(tmp_path, case_id):
+    """The child reads back from its command line the very engine arguments the parent's case has (target alone and
+    speculative), its tiny models included, so the printed command reruns what the check measured."""
+    config, case = smoke_case(tmp_path / "tiny", case_id)
+    argv = speed.command(cases.SMOKE_CONFIG_PATH, config, case, tmp_path / "speed.json", runner="V2")
+    assert argv[:3] == [sys.executable, "-m", "spec_decode_ci.e2e.speed"]
+    assert argv[argv.index("--tiny-models") + 1] == str(tmp_path / "tiny") and "--runner" in argv
+    child_config, child_case = speed.case_of(speed.parser().parse_args(argv[3:]))
+    for speculative in (False, True):
+        assert cases.engine_kwargs(child_config, child_case, speculative) == \
+            cases.engine_kwargs(config, case, speculative), f"{case_id}, speculative={speculative}"
+
+
+def test_a_case_not_in_the_config_is_one_line(tmp_path):
+    args = speed.parser().parse_args(["--config", str(cases.SMOKE_CONFIG_PATH), "--suite", "eagle", "--case",
+                                      "tiny-llama-eagle9", "--output", str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit) as raised:
+        speed.case_of(args)
+    assert str(raised.value) == ("speed: no case 'tiny-llama-eagle9' in suite 'eagle' (cases: tiny-llama-eagle3, "
+                                 "tiny-llama-eagle1)")
+
+
+def test_time_per_output_token_is_vllms_histogram_between_two_readings():
+    """The mean of what vLLM's per-request TPOT histogram gained over the timed runs, summed over engines; None
+    where the release reports no such histogram or nothing was observed."""
+    reader = pytest.importorskip("vllm.v1.metrics.reader")
+
+    def tpot(count, total, engine="0"):
+        return reader.Histogram(name="vllm:request_time_per_output_token_seconds", labels={"engine": engine},
+                                count=count, sum=total, buckets={})
+
+    other = reader.Counter(name="vllm:spec_decode_num_drafts", labels={}, value=5)
+    before = speed.histogram_totals([other, tpot(8, 0.4), tpot(2, 0.1, "1")])
+    after = speed.histogram_totals([other, tpot(16, 0.6), tpot(4, 0.2, "1")])
+    assert before == (0.5, 10) and after == pytest.approx((0.8, 20))
+    assert speed.mean_between(before, after) == pytest.approx(0.03)
+    assert speed.mean_between(before, before) is None
+    assert speed.histogram_totals([other]) is None
+
+
+def test_without_nvml_the_idle_share_is_left_out(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the bindings fail to import, as where no driver is
+    monkeypatch.setitem(sys.modules, "vllm.third_party.pynvml", None)
+    busy = speed.GpuBusy()
+    busy.start()
+    busy.stop()
+    assert busy.unavailable and busy.idle_share is None
+
+
+class MeasuredRuns:
+    """Stands in for ``CaseRuns``: the speed a child would have measured, without starting engines."""
+
+    def __init__(self, config, spec_tps: float, target_tps: float):
+        self.config = config
+        self.result = speed.SpeedResult(
+            speed.EngineSpeed([spec_tps] * 3, 384, 2.5, 0.1, 30.0),
+            speed.EngineSpeed([target_tps] * 3, 384, 4.0, 0.4, 20.0), ["python", "-m", "spec_decode_ci.e2e.speed"])
+
+    def speed(self, case, workdir):
+        return self.result
+
+
+def recorded(runs, case, tmp_path) -> dict:
+    properties = {}
+    check_speed(runs, case, lambda k, v: properties.__setitem__(k, v), tmp_path)
+    return properties
+
+
+def test_the_speed_figure_and_the_floor(tmp_path):
+    """The figure holds both engines and the speedup; under the case's floor the check fails saying what was
+    expected, what came and the command that reruns it."""
+    config, case = smoke_case(tmp_path / "tiny", "tiny-llama-eagle3")
+    figure = recorded(MeasuredRuns(config, 600.0, 300.0), case.__class__(**{**vars(case), "min_speedup": 1.5}),
+                      tmp_path)[SPEED]
+    assert figure["speedup"] == 2.0 and figure["floor"] == 1.5
+    assert figure["speculative"]["tokens_per_s"] == 600.0 and figure["target"]["gpu_idle_share"] == 0.4
+    with pytest.raises(AssertionError) as raised:
+        recorded(MeasuredRuns(config, 330.0, 300.0), case.__class__(**{**vars(case), "min_speedup": 1.5}), tmp_path)
+    message = str(raised.value)
+    assert "expected tiny-llama-eagle3's speculative engine at least 1.5x" in message
+    assert "came 1.100x (330.0 vs 300.0 tokens/s" in message and "rerun: python -m spec_decode_ci.e2e.speed" in message
+
+
+def test_an_eager_case_is_not_timed(tmp_path):
+    config, case = smoke_case(tmp_path / "tiny", "tiny-llama-eagle1")
+    with pytest.raises(pytest.skip.Exception, match="eager case"):
+        recorded(MeasuredRuns(config, 600.0, 300.0), case, tmp_path)
