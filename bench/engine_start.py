@@ -5,7 +5,7 @@ baseline per target).
 
 Prints, per engine: wall time of ``LLM(...)`` and of its first ``generate``; for ``LLM(...)`` the process's CPU
 seconds and disk reads meanwhile (a wall time far above both is waiting: a network timeout, the GPU) and the
-functions its stack was sampled in most (``spec_decode_ci.stack_sampler``); vLLM's own timing lines (weights,
+functions its stack was sampled in most (``bench/stack_sampler.py``); vLLM's own timing lines (weights,
 memory profiling, KV cache, warm-up); and how much each on-disk cache grew (FlashInfer, vLLM, Triton and
 Inductor kernels, the CUDA driver's PTX cache); then the import of vLLM. A B200 nightly step pays the first engine's figures once per step,
 plus a later engine's per further engine. Needs a GPU; with ``--spec CASE_ID`` the second and third engines
@@ -87,8 +87,8 @@ def main() -> None:
     print(f"import vllm: {time.perf_counter() - start:6.1f} s")
     from spec_decode_ci.e2e import cases
     from spec_decode_ci.e2e.case_runs import resolve
-    from spec_decode_ci.e2e.runner import _free_gpu_memory, prompts
-    from spec_decode_ci.stack_sampler import report, sampled
+    from spec_decode_ci.e2e.engine_run import _free_gpu_memory, prompts
+    from stack_sampler import report, sampled  # beside this script
 
     from spec_decode_ci import capabilities
 

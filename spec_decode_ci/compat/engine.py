@@ -8,7 +8,7 @@ import importlib
 import importlib.util
 from typing import Any, Iterable
 
-from spec_decode_ci.compat.releases import MissingVllmField, probe, vllm_module, difference, require, require_fields, _has_field
+from spec_decode_ci.compat.probes import MissingVllmField, probe, vllm_module, difference, require, require_fields, _has_field
 
 
 def kv_cache_dtype_spec_kwargs(kv_cache_dtype: str, model_config) -> dict[str, Any]:

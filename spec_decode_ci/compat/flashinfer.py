@@ -7,7 +7,7 @@ import dataclasses
 import inspect
 from typing import Any
 
-from spec_decode_ci.compat.releases import MissingVllmField, probe, difference, require, _has_field
+from spec_decode_ci.compat.probes import MissingVllmField, probe, difference, require, _has_field
 
 
 @difference("0.25.0", "supports_trtllm_attention(is_prefill) decides per phase; before, once for both")

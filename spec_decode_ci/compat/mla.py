@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spec_decode_ci.compat.releases import difference, require
+from spec_decode_ci.compat.probes import difference, require
 
 
 @difference("0.21.0", "MLA prefill kernels are backend objects (get_mla_prefill_backend) that the builder takes "

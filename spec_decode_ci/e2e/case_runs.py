@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
-from spec_decode_ci.e2e.runner import Run, run_case
-from spec_decode_ci.e2e.runner_choice import asked_runner, not_served
+from spec_decode_ci.e2e.engine_run import Run, run_case
+from spec_decode_ci.e2e.model_runner_choice import asked_runner, not_served
 from spec_decode_ci.e2e.speed import SpeedResult, measure
 
 

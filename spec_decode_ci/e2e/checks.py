@@ -10,8 +10,8 @@ import pytest
 from spec_decode_ci.e2e.case_runs import CaseRuns
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, eager
 from spec_decode_ci.e2e.cuda_graphs import shortfall
-from spec_decode_ci.e2e.runner import Run, prompts
-from spec_decode_ci.e2e.runner_choice import check_ran_on_asked
+from spec_decode_ci.e2e.engine_run import Run, prompts
+from spec_decode_ci.e2e.model_runner_choice import check_ran_on_asked
 from spec_decode_ci.results import (
     ACCEPTANCE_LENGTH, ACCEPTANCE_PER_POSITION, CUDA_GRAPHS, ENGINE_START_S, HOST_SYNC_SITES, HOST_SYNCS_PER_STEP_MAX,
     MIXED_BATCHES, RUNNER_PROPERTY, SPEED,

@@ -21,7 +21,7 @@ from typing import TypeVar
 from spec_decode_ci import compat
 from spec_decode_ci.compat import module_origin
 from spec_decode_ci.e2e import cases
-from spec_decode_ci.e2e.runner_choice import engine_runner
+from spec_decode_ci.e2e.model_runner_choice import engine_runner
 from spec_decode_ci.patches import GPU_BREAKS, Patch, PatchDoesNotApply, apply
 from spec_decode_ci.pytest_run import PytestRun
 

@@ -262,8 +262,8 @@ def case_of(args: argparse.Namespace) -> tuple[SuiteConfig, Case]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from spec_decode_ci.e2e.runner import prompts
-    from spec_decode_ci.e2e.runner_choice import VLLM_RUNNER_ENV
+    from spec_decode_ci.e2e.engine_run import prompts
+    from spec_decode_ci.e2e.model_runner_choice import VLLM_RUNNER_ENV
 
     config, case = case_of(args)
     os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # vLLM's default: the engine core in its own process

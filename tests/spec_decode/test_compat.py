@@ -180,7 +180,7 @@ def test_query_offsets_too_short_for_the_decodes_are_vllms_defect_not_the_harnes
 
 
 def test_padding_rules_missing_for_a_runner_name_the_last_release_that_had_them(monkeypatch):
-    monkeypatch.setattr(compat.runners, "module_origin", lambda name: None)
+    monkeypatch.setattr(compat.model_runners, "module_origin", lambda name: None)
     compat.cudagraph_padding.__wrapped__.cache_clear()
     with pytest.raises(compat.MissingVllmField) as info:
         compat.cudagraph_padding(compat.V1_RUNNER)

@@ -67,7 +67,7 @@ def test_wheel_carries_the_data_the_package_reads(installed):
     wheel, _, _ = installed
     with zipfile.ZipFile(wheel) as whl:
         files = set(whl.namelist())
-        assert "spec_decode_ci/sync_verdicts.json" in files
+        assert "spec_decode_ci/sync/verdicts.json" in files
         assert whl.read("spec_decode_ci/hardware_matrix.yaml") == (REPO / "hardware_matrix.yaml").read_bytes()
 
 

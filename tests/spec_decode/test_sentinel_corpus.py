@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from spec_decode_ci.sync_corpus import CORPUS, OPS, Snippet, inputs, measure, unrecorded
+from spec_decode_ci.sync.corpus import CORPUS, OPS, Snippet, inputs, measure, unrecorded
 from spec_decode_ci.sync import HostSyncSentinel
 
 pytestmark = pytest.mark.sentinel
@@ -59,7 +59,7 @@ def host_waits(snippet: Snippet, sleep_cycles: int = 500_000_000) -> bool:
 
 def test_corpus_is_big_balanced_and_measured():
     """Every snippet has a verdict measured on a GPU, and both verdicts are well represented."""
-    assert unrecorded() == [], "measure these on a GPU: python -m spec_decode_ci.sync_corpus --record FILE"
+    assert unrecorded() == [], "measure these on a GPU: python -m spec_decode_ci.sync.corpus --record FILE"
     assert len(CORPUS) >= 250 and len({s.name for s in CORPUS}) == len(CORPUS)
     assert sum(s.syncs for s in CORPUS) >= 100 and sum(not s.syncs for s in CORPUS) >= 100
 

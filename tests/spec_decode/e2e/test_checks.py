@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from spec_decode_ci.e2e import case_runs, cases, checks
-from spec_decode_ci.e2e.runner import BuildLog, Run
+from spec_decode_ci.e2e.engine_run import BuildLog, Run
 
 from . import e2e_suites
 

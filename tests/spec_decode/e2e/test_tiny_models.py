@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 
 from spec_decode_ci.e2e import cases
-from spec_decode_ci.e2e.runner import prompts
+from spec_decode_ci.e2e.engine_run import prompts
 from spec_decode_ci.e2e.checks import weights_continuations
 from spec_decode_ci.e2e.tiny_models import NORMED, target_rule, weights_of, write_weights
 from spec_decode_ci.tiny_configs import HEAD_DIM, HEADS, KV_HEADS

@@ -1,10 +1,10 @@
-"""spec_decode_ci.e2e.runner: what the e2e runs record from vLLM's real FlashInfer builder."""
+"""spec_decode_ci.e2e.engine_run: what the e2e runs record from vLLM's real FlashInfer builder."""
 
 from __future__ import annotations
 
 import pytest
 
-from spec_decode_ci.e2e.runner import BuildLog, observed_builds
+from spec_decode_ci.e2e.engine_run import BuildLog, observed_builds
 from spec_decode_ci.emulation import BLACKWELL
 from spec_decode_ci.buildpath.batches import spec_decode_batch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from spec_decode_ci.stack_sampler import innermost, parse, report, sampled
+from bench.stack_sampler import innermost, parse, report, sampled
 
 HERE = (Path(__file__).parent.name,)  # this directory, as the "package" whose frames are counted
 

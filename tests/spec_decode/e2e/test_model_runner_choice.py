@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from spec_decode_ci import compat
-from spec_decode_ci.e2e import runner_choice
+from spec_decode_ci.e2e import model_runner_choice as runner_choice
 from spec_decode_ci.e2e.gpu_breaks import smoke_with_tiny_configs
 from spec_decode_ci.emulation import emulated_platform
 

@@ -20,7 +20,7 @@ from unittest import mock
 from spec_decode_ci import compat
 from spec_decode_ci.e2e.cases import Case, SuiteConfig, engine_kwargs
 from spec_decode_ci.e2e.cuda_graphs import GraphLog, engine_graphs_of, logged_mode, observed_dispatches
-from spec_decode_ci.e2e.runner_choice import engine_env, runner_log
+from spec_decode_ci.e2e.model_runner_choice import engine_env, runner_log
 from spec_decode_ci.e2e.step_syncs import StepLog, observed_steps
 from spec_decode_ci.sync import SyncSite, cuda_sync_warnings, refused_sync_site
 

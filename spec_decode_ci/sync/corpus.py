@@ -5,7 +5,7 @@ ellipsis, None, tuples of them) x every value kind (Python scalar, host 0-dim an
 device tensor) for get and set; in-place and out-of-place ops with scalars or host tensors; factories with
 ``device=``; copies in both directions, pinned and pageable, blocking and not; plus the hand-picked ops that
 read values or data-dependent sizes (``OPS``). The verdicts were measured on an H200 (``python -m
-spec_decode_ci.sync_corpus --record FILE`` there) and are kept in ``sync_verdicts.json``; a snippet the GPU
+spec_decode_ci.sync.corpus --record FILE`` there) and are kept in ``verdicts.json`` beside it; a snippet the GPU
 rejects (a device or shape error) has no verdict and is not in ``CORPUS``.
 
 The CPU half of test_sentinel_corpus.py requires the host-sync sentinel to give the recorded verdicts on a CPU;
@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-VERDICTS_PATH = Path(__file__).with_name("sync_verdicts.json")
+VERDICTS_PATH = Path(__file__).with_name("verdicts.json")
 
 
 @dataclass(frozen=True)
@@ -261,5 +261,5 @@ def record(path: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "--record":
-        sys.exit("usage: python -m spec_decode_ci.sync_corpus --record FILE   (on a machine with a CUDA GPU)")
+        sys.exit("usage: python -m spec_decode_ci.sync.corpus --record FILE   (on a machine with a CUDA GPU)")
     record(Path(sys.argv[2]))

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from spec_decode_ci.compat.releases import NEWEST, MissingVllmField, probe, vllm_module, module_origin, difference, require
+from spec_decode_ci.compat.probes import NEWEST, MissingVllmField, probe, vllm_module, module_origin, difference, require
 
 
 V1_RUNNER, V2_RUNNER = "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"
