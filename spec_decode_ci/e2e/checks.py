@@ -38,10 +38,15 @@ def check_greedy_output(runs: CaseRuns, case: Case, record_property) -> None:
     same = sum(a == b for a, b in zip(baseline.token_ids, spec.token_ids))
     fraction = same / len(baseline.token_ids)
     record_property("match_fraction", round(fraction, 3))
-    assert len(spec.token_ids) == len(baseline.token_ids) == len(runs.config.prompts)
+    assert len(spec.token_ids) == len(baseline.token_ids) == len(runs.config.prompts), (
+        f"expected one output per prompt ({len(runs.config.prompts)}) from both engines of {case.id}; came "
+        f"{len(spec.token_ids)} speculative, {len(baseline.token_ids)} from the target alone. Look: e2e.engine_run")
     if case.min_match_fraction >= 1.0 and spec.token_ids != baseline.token_ids:
         raise AssertionError(greedy_divergence(runs.config, case, baseline.token_ids, spec.token_ids))
-    assert fraction >= case.min_match_fraction, f"{same}/{len(baseline.token_ids)} prompts match"
+    assert fraction >= case.min_match_fraction, (
+        f"expected at least {case.min_match_fraction:.0%} of the prompts' greedy outputs of {case.id} to match the "
+        f"target alone's; came {same}/{len(baseline.token_ids)}. Look: the rejection sampler and the drafter's "
+        f"positions")
 
 
 def first_difference(got: list[int], want: list[int]) -> int:
@@ -121,7 +126,9 @@ def check_acceptance(runs: CaseRuns, case: Case, record_property) -> None:
             f"{spec.acceptance_rate:.1%} (vLLM's counters {spec.counters})")
     if case.acceptance_per_position is not None:
         off = acceptance_off_prediction(case, spec)
-        assert not off, off
+        assert off is None, (
+            f"expected {case.id}'s acceptance per draft position as predicted {list(case.acceptance_per_position)}; "
+            f"came {off}. Look: the drafter's inputs (hidden states, positions, KV slots) and the rejection sampler")
 
 
 def acceptance_off_prediction(case: Case, run: Run) -> str | None:
@@ -158,11 +165,17 @@ def check_batches_and_syncs(runs: CaseRuns, case: Case, record_property) -> None
     record_property("host_syncs_in_build", len(builds.syncs))
     floor = runs.config.engine.min_mixed_batches
     assert builds.mixed_batches >= floor, (
-        f"{builds.mixed_batches} mixed prefill + decode batches in {len(builds.batches)} builds, expected >= {floor}")
+        f"expected at least {floor} mixed prefill + decode batches in {case.id}'s speculative run; came "
+        f"{builds.mixed_batches} in {len(builds.batches)} builds. Look: the engine's token budget and chunked prefill "
+        f"(cases engine settings)")
     if runs.config.engine.all_trtllm:
-        assert builds.syncs == [], "host syncs in FlashInfer metadata build:\n" + "\n".join(builds.syncs)
+        assert builds.syncs == [], (
+            f"expected no host sync in FlashInfer's build() on all-TRTLLM batches; came {len(builds.syncs)}. Look "
+            f"at:\n" + "\n".join(builds.syncs))
     else:  # a native phase needs seq_lens on the host: one copy per build, no more
-        assert max(builds.syncs_per_build, default=0) <= 1, "\n".join(builds.syncs)
+        assert max(builds.syncs_per_build, default=0) <= 1, (
+            f"expected at most one host sync per FlashInfer build() (native phases copy seq_lens once); came "
+            f"{max(builds.syncs_per_build)}. Look at:\n" + "\n".join(builds.syncs))
 
 
 def check_step_syncs(runs: CaseRuns, case: Case, record_property) -> None:
@@ -174,7 +187,8 @@ def check_step_syncs(runs: CaseRuns, case: Case, record_property) -> None:
     record_property(HOST_SYNCS_PER_STEP_MAX, max(per_step, default=0))
     record_property("host_syncs_per_step_mean", round(sum(per_step) / len(per_step), 3) if per_step else 0)
     record_property(HOST_SYNC_SITES, {str(site): n for site, n in spec.steps.sites().most_common()})
-    assert per_step, "no engine step observed: the worker's step methods were not called"
+    assert per_step, (f"expected {case.id}'s engine steps observed; came none: the worker's step methods were not "
+                      f"called. Look: e2e/step_syncs.py, which methods of vLLM's GPU worker it wraps")
     not_allowed = spec.steps.not_allowed(all_trtllm)
     assert not not_allowed, (
         f"host syncs in the speculative step at {len(not_allowed)} site(s) not allowed "
@@ -191,8 +205,10 @@ def check_attention_backends(runs: CaseRuns, case: Case, record_property) -> Non
     elsewhere = {layer: backend for layer, backend in spec.attention_backends.items() if backend != wanted}
     record_property("attention_layers", len(spec.attention_backends))
     record_property("layers_not_on_" + wanted.lower(), len(elsewhere))
-    assert spec.attention_backends, "no attention layers reported by the worker"
-    assert not elsewhere, f"layers not on {wanted}: {elsewhere}"
+    assert spec.attention_backends, (f"expected the worker to report {case.id}'s attention layers; came none. Look: "
+                                     f"e2e.engine_run.attention_backends_of and the model runner's attn_groups")
+    assert not elsewhere, (f"expected every layer of {case.id} on {wanted}; came {len(elsewhere)} elsewhere: "
+                           f"{elsewhere}. Look: the speculative config's attention_backend (cases.engine_kwargs)")
 
 
 def cuda_graph_floor(backend: str) -> tuple[str | None, str]:
@@ -227,7 +243,7 @@ def check_cuda_graph_mode(runs: CaseRuns, case: Case, record_property) -> None:
     if floor is None:
         pytest.skip(f"no CUDA-graph expectation for spec decode here: {why}")
     problem = shortfall(spec.graphs, query_len, floor)
-    assert problem is None, problem
+    assert problem is None, f"{case.id}: {problem}"
 
 
 def check_speed(runs: CaseRuns, case: Case, record_property, workdir: Path) -> None:
