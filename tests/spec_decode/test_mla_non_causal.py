@@ -47,9 +47,12 @@ def test_a_uniform_block_builds_as_decodes_of_every_token(harness):
     assert_decodes(harness, non_causal(block(harness, 3, 4)), 3, 12)
 
 
-def test_a_uniform_block_with_trailing_graph_padding_builds(harness):
+@pytest.mark.parametrize("runner", [compat.V1_RUNNER, compat.V2_RUNNER], ids=["V1", "V2"])
+def test_a_uniform_block_with_trailing_graph_padding_builds(harness, runner):
     """3 real requests and 2 a graph replay adds, with no queries: 5 decodes of the real requests' 12 tokens."""
-    padding = compat.cudagraph_padding(compat.V1_RUNNER)
+    if runner not in compat.shipped_runners():
+        pytest.skip(f"this vLLM does not ship {runner} (it ships {', '.join(compat.shipped_runners())})")
+    padding = compat.cudagraph_padding(runner)
     assert_decodes(harness, non_causal(dataclasses.replace(block(harness, 3, 4), padded_reqs=2, padding=padding)),
                    5, 12)
 
