@@ -5,6 +5,7 @@ the checks read."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,7 @@ class CaseRuns:
             pytest.skip(reason)
         self.config = config
         self._runs: dict[str, Run] = {}
+        self._failed: dict[str, str] = {}  # engine arguments -> why that engine's run broke (not retried)
 
     def _skip_unless_runnable(self, case: Case) -> None:
         reason = missing_weights(case) or missing_prompts(case) or not_served(self.config, case)
@@ -79,9 +81,20 @@ class CaseRuns:
 
     def get(self, case: Case, speculative: bool) -> Run:
         key = repr(engine_kwargs(self.config, case, speculative))
+        if key in self._failed:
+            pytest.fail(self._failed[key], pytrace=False)
         if key not in self._runs:
             self._skip_unless_runnable(case)
-            self._runs[key] = run_case(self.config, case, speculative)
+            try:
+                self._runs[key] = run_case(self.config, case, speculative)
+            except Exception as error:
+                # The engine's start or generate() broke: said once with its traceback (this raise), then each
+                # later test of the same engine fails at once with the reason instead of starting it again.
+                self._failed[key] = (f"the {'speculative' if speculative else 'target-alone'} engine of {case.id} "
+                                     f"broke in an earlier test of this session: {type(error).__name__}: "
+                                     f"{str(error).splitlines()[0][:300] if str(error) else ''}")
+                print(f"spec-decode-ci: {self._failed[key]}", file=sys.stderr, flush=True)
+                raise
         run = self._runs[key]
         assert run.stopped_at_sync is None, (
             f"vLLM's own sync check (error mode) stopped the {'speculative' if speculative else 'target-alone'} "

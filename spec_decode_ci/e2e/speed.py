@@ -102,11 +102,15 @@ def command(config_path: Path, config: SuiteConfig, case: Case, output: Path, ru
     return argv
 
 
-CHILD_TIMEOUT_S = 900  # two engines started, warmed up and timed
+CHILD_TIMEOUT_S = 420  # two engines started (their compiled graphs cached by the case's own runs), warmed up, timed
 
 
 class SpeedRunFailed(RuntimeError):
     """The child that measures speed did not finish: its command and the end of its output."""
+
+
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def measure(config: SuiteConfig, case: Case, workdir: Path, runner: str | None) -> SpeedResult:
@@ -115,9 +119,10 @@ def measure(config: SuiteConfig, case: Case, workdir: Path, runner: str | None) 
     argv = command(cases.config_path(), config, case, output, runner)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise SpeedRunFailed(f"the speed run of {case.id} took over {CHILD_TIMEOUT_S} s; rerun: {shlex.join(argv)}") \
-            from None
+    except subprocess.TimeoutExpired as late:
+        said = "\n".join(_text(late.stdout).splitlines()[-10:] + _text(late.stderr).splitlines()[-10:])
+        raise SpeedRunFailed(f"the speed run of {case.id} took over {CHILD_TIMEOUT_S} s; rerun: {shlex.join(argv)}\n"
+                             f"{said}") from None
     if done.returncode != 0 or not output.exists():
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
         raise SpeedRunFailed(f"the speed run of {case.id} exited {done.returncode}; rerun: {shlex.join(argv)}\n{tail}")
@@ -191,18 +196,26 @@ def mean_between(before: tuple[float, int] | None, after: tuple[float, int] | No
     return (after[0] - before[0]) / (after[1] - before[1])
 
 
-def measure_engine(kwargs: dict[str, Any], inputs: list, max_tokens: int, repeats: int, warmup: int) -> EngineSpeed:
+def _progress(label: str, what: str) -> None:
+    print(f"{label}: {what}", flush=True)  # where a child that ran out of time stopped
+
+
+def measure_engine(kwargs: dict[str, Any], inputs: list, max_tokens: int, repeats: int, warmup: int,
+                   label: str = "engine") -> EngineSpeed:
     """Start one engine with ``kwargs``, warm it up, time ``repeats`` generate() calls, shut it down."""
     from vllm import LLM, SamplingParams
 
+    _progress(label, "starting")
     start = time.perf_counter()
     # Statistics on, as `vllm serve` keeps them by default: the time per output token is vLLM's own figure.
     llm = LLM(**kwargs, disable_log_stats=False)
     started = time.perf_counter() - start
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True,
                             detokenize=not kwargs.get("skip_tokenizer_init"))
+    _progress(label, f"started in {started:.1f} s")
     for _ in range(warmup):
         llm.generate(inputs, params, use_tqdm=False)
+    _progress(label, "warmed up")
     busy = GpuBusy()
     before = histogram_totals(llm.get_metrics())
     rates, tokens = [], 0
@@ -225,8 +238,13 @@ def measure_engine(kwargs: dict[str, Any], inputs: list, max_tokens: int, repeat
 
 
 def with_tiny_models(config: SuiteConfig, root: Path) -> SuiteConfig:
-    """``config`` with its tiny models' names replaced by their directories under ``root`` (already written)."""
+    """``config`` with its tiny models' names replaced by their directories under ``root``, written there first
+    where one is missing (they are made the same each time), so that a printed command reruns on its own."""
     names = [*config.tiny_models, *(name for heads in config.tiny_heads.values() for name in heads)]
+    if not all((root / name / "config.json").exists() for name in names):
+        from spec_decode_ci.e2e.tiny_models import write_tiny_models
+
+        write_tiny_models(root, config.tiny_models, config.tiny_heads, weights=True)
     return config.with_models({name: str(root / name) for name in names})
 
 
@@ -273,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     measured = {}
     for role, speculative in (("target", False), ("speculative", True)):
         kwargs = cases.engine_kwargs(config, case, speculative)
-        measured[role] = asdict(measure_engine(kwargs, inputs, args.max_tokens, args.repeats, args.warmup))
+        measured[role] = asdict(measure_engine(kwargs, inputs, args.max_tokens, args.repeats, args.warmup,
+                                               f"{case.id} {role}"))
         rates = measured[role]["tokens_per_s"]
         print(f"{case.id} {role}: N={len(rates)} tokens/s min {min(rates):.1f} median {statistics.median(rates):.1f} "
               f"max {max(rates):.1f}; TPOT {measured[role]['tpot_ms']} ms; GPU idle {measured[role]['gpu_idle_share']}",

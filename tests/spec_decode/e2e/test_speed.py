@@ -16,9 +16,12 @@ pytestmark = pytest.mark.e2e_offline
 
 
 def smoke_case(root: Path, case_id: str) -> tuple[cases.SuiteConfig, cases.Case]:
-    config = speed.with_tiny_models(cases.parse(cases.SMOKE_CONFIG_PATH), root)
-    for name in config.tiny_models:
-        (root / name).mkdir(parents=True, exist_ok=True)
+    """A case of the GPU smoke with its tiny models' directories under ``root`` (configs only: no engine starts)."""
+    from spec_decode_ci.e2e.tiny_models import write_tiny_models
+
+    smoke = cases.parse(cases.SMOKE_CONFIG_PATH)
+    write_tiny_models(root, smoke.tiny_models, smoke.tiny_heads, weights=False)
+    config = speed.with_tiny_models(smoke, root)
     return config, next(c for c in config.all_cases() if c.id == case_id)
 
 
@@ -110,3 +113,37 @@ def test_an_eager_case_is_not_timed(tmp_path):
     config, case = smoke_case(tmp_path / "tiny", "tiny-llama-eagle1")
     with pytest.raises(pytest.skip.Exception, match="eager case"):
         recorded(MeasuredRuns(config, 600.0, 300.0), case, tmp_path)
+
+
+def test_an_engine_that_broke_is_not_started_again(tmp_path, monkeypatch):
+    """The first test of an engine that breaks sees vLLM's error; every later test of that engine fails at once
+    with the reason, instead of starting it again (seen on an H100: each of a case's seven tests restarted a
+    failing engine with CUDA graphs, and the suite ran out of its time)."""
+    from spec_decode_ci.e2e import case_runs
+
+    config, case = smoke_case(tmp_path / "tiny", "tiny-llama-eagle3")
+    starts = []
+
+    def broken(config, case, speculative):
+        starts.append(speculative)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+
+    monkeypatch.setattr(case_runs, "run_case", broken)
+    runs = case_runs.CaseRuns.__new__(case_runs.CaseRuns)  # past the capability check: no GPU here
+    runs.config, runs._runs, runs._failed = config, {}, {}
+    monkeypatch.setattr(runs, "_skip_unless_runnable", lambda case: None)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        runs.get(case, True)
+    with pytest.raises(pytest.fail.Exception, match="speculative engine of tiny-llama-eagle3 broke in an earlier "
+                                                    "test of this session: RuntimeError: CUDA error: an illegal"):
+        runs.get(case, True)
+    assert starts == [True], f"expected the broken engine started once; came {len(starts)} starts"
+
+
+def test_the_printed_command_writes_the_tiny_models_it_needs(tmp_path):
+    """Rerun after the suite removed its tiny models: the child writes them again (weights included) where it
+    is told they live."""
+    config = speed.with_tiny_models(cases.parse(cases.SMOKE_CONFIG_PATH), tmp_path / "gone")
+    case = next(c for c in config.all_cases() if c.id == "tiny-llama-eagle3")
+    for checkpoint in case.checkpoints:
+        assert (Path(checkpoint) / "model.safetensors").exists(), f"expected weights under {checkpoint}; came none"
