@@ -31,6 +31,19 @@ def set_kv_cache_layout(vllm_config, layout: str) -> None:
         vllm_config.cache_config.kv_cache_layout = layout
 
 
+@difference("0.29.0", "adaptive verification (SpeculativeConfig.enable_adaptive_verification): drafts trimmed on "
+                      "the device, their query offsets read by TRTLLM-gen decode from there")
+def has_adaptive_verification() -> bool:
+    from vllm.config import SpeculativeConfig
+
+    return _has_field(SpeculativeConfig, "enable_adaptive_verification")
+
+
+def enable_adaptive_verification(vllm_config) -> None:
+    """Adaptive verification on in a resolved config (``has_adaptive_verification`` must hold)."""
+    vllm_config.speculative_config.enable_adaptive_verification = True
+
+
 @difference("0.24.0", "page-locking decided once (PIN_MEMORY, CpuGpuBuffer's pin_memory default); before, "
                       "by calling is_pin_memory_available()")
 def page_locking_switches(modules: Iterable[Any], available: bool = False) -> list[tuple[Any, str, Any]]:

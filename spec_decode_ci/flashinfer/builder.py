@@ -55,6 +55,9 @@ class BuilderOptions(SpecDecodeOptions):
     force_trtllm: bool = False
     # The model's attention is non-causal, as a DFlash drafter's is (--attention-config.use_non_causal).
     non_causal: bool = False
+    # Adaptive verification (the speculative config's enable_adaptive_verification, DSpark's): drafts may be
+    # trimmed on the device, so TRTLLM-gen decode reads each request's query offsets from the device.
+    adaptive_verification: bool = False
 
 
 def make_vllm_config(options: BuilderOptions):
@@ -83,6 +86,10 @@ def _vllm_config(options: BuilderOptions):
             kwargs["attention_config"] = attention_config
         config = engine_config("build_path", **kwargs)
     compat.set_kv_cache_layout(config, options.kv_cache_layout)  # the engine core would resolve it; none here
+    if options.adaptive_verification:
+        # Set on the resolved config: the builder reads only this flag, and the drafter (DSpark) that asks for it
+        # needs weights the tiny model has none of.
+        compat.enable_adaptive_verification(config)
     config.parallel_config.decode_context_parallel_size = options.dcp_world_size  # TP stays 1: no group to split
     return config
 

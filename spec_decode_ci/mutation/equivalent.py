@@ -31,6 +31,19 @@ EQUIVALENT: dict[str, str] = {
         "a uniform batch then fails the uniform test and is described by its offsets, with the same query length",
     f"{_QUERY_LENS} constant: 0 -> 1 in num_decode_tokens % num_decodes == 0":
         "a uniform batch then fails the uniform test and is described by its offsets, with the same query length",
+    f"{_QUERY_LENS} compare: decode_q_lens == q_len_per_req -> decode_q_lens != q_len_per_req":
+        "a uniform batch then fails the uniform test and is described by its offsets, with the same query length",
+    # Padded requests (no queries of their own) replayed on a uniform graph: the runner's FULL-graph metadata
+    # already has them read the padding rows (V2 counts padded requests and tokens); the real rows stay the same.
+    f"{_QUERY_LENS} boolean: num_decode_tokens % num_decodes == 0 and bool( (decode_q_lens == q_len_per_req)"
+    f".all().item() ) -> num_decode_tokens % num_decodes == 0 or bool((decode_q_lens == q_len_per_req).all()"
+    f".item())":
+        "only where tokens divide by requests (unpadded uniform batches, or zero-length padded requests on a graph "
+        "of requests x (1 + k) tokens): the padded requests read the padding rows, as V2 has them read; every "
+        "real request's rows are unchanged (test_padded_batches_describe_exactly_the_real_requests)",
+    f"{_QUERY_LENS} constant: 1 -> 2 in num_decodes + 1 #2":
+        "this return is reached only by decode-only batches (zero-length padding after a uniform graph's decodes), "
+        "where qo_indptr holds num_decodes + 1 offsets and the longer slice stops at its end",
     f"{_QUERY_LENS} compare: max_q_len > 1 -> max_q_len >= 1":
         "one-token decodes with zero-length padding described by their offsets: one query per real request either way",
     f"{_QUERY_LENS} constant: 0 -> 1 in decode_q_lens > 0":

@@ -86,11 +86,53 @@ def assert_trtllm_fields_equal_reference(harness, result, batch, name: str) -> N
         assert m.prefill is None, name
     if split.num_decodes:
         assert metadata_view.trtllm_decode(result, batch) == reference.trtllm_decode(batch, split), name
-        q_len = compat.decode_query_len_per_request(m.decode)
-        if q_len is not None:
-            assert q_len == batch.query_lens[0], name
+        assert_decode_queries_read_where_they_are(harness, m, batch, split.num_decodes, name)
     else:
         assert m.decode is None, name
+
+
+def assert_decode_queries_read_where_they_are(harness, m, batch, num_decodes: int, name: str) -> None:
+    """The TRTLLM decode kernel reads each decode request's own query rows (its offsets, or the uniform query
+    length it is told), its offsets one per request and one more, and a query length no request exceeds."""
+    bounds = phases.cumulative(batch.query_lens[:num_decodes])
+    want = [(bounds[i], bounds[i + 1]) for i in range(num_decodes)]
+    ranges = compat.decode_query_ranges(m)
+    assert ranges == want, (f"{name}: expected the decode kernel to read the query rows {want}; came {ranges}. Look: "
+                            f"q_cu_seq_lens / q_len_per_req in build() and _compute_decode_query_lens")
+    offsets = getattr(m.decode, "q_cu_seq_lens", None)
+    assert offsets is None or len(offsets) == num_decodes + 1, (
+        f"{name}: expected {num_decodes + 1} query offsets for {num_decodes} decodes; came {len(offsets)}")
+    q_len = compat.decode_query_len_per_request(m.decode)
+    if q_len is not None:
+        longest = max(batch.query_lens[:num_decodes])
+        assert longest <= q_len <= harness.decode_threshold, (
+            f"{name}: expected the decode's query length per request between the longest decode ({longest}) and "
+            f"1 + k ({harness.decode_threshold}); came {q_len}")
+
+
+def trimmed_drafts(page: int, k: int):
+    """Decodes whose drafts adaptive verification trimmed (fewer than k), alone and beside prefills."""
+    yield "trimmed-decodes", make_batch([k + 1, 2, k, 1], [page + 3, 2 * page, 3 * page - 1, page], page, seed=11)
+    yield "short-decodes-only", make_batch([2, 2, 1], [page, page + 5, 2 * page + 1], page, seed=12)
+    yield "trimmed-mixed", make_batch([2, k + 1, k + 5, 2 * page], [page + 2, 2 * page, 3 * page, 2 * page], page,
+                                      seed=13)
+
+
+def test_adaptive_verification_reads_each_requests_queries(build_harness):
+    """With adaptive verification (DSpark's) drafts are trimmed on the device: TRTLLM-gen decode takes each
+    request's query offsets, and a query length bound no trimmed request exceeds, beside every TRTLLM field."""
+    if not compat.has_adaptive_verification():
+        pytest.skip("this vLLM has no adaptive verification (SpeculativeConfig.enable_adaptive_verification)")
+    harness = build_harness(BuilderOptions(adaptive_verification=True))
+    page, k = harness.options.page_size, harness.options.num_spec_tokens
+    for name, batch in [*batches(page, k), *trimmed_drafts(page, k)]:
+        result = harness.build(batch)
+        assert_trtllm_fields_equal_reference(harness, result, batch, name)
+        offsets = getattr(result.metadata.decode, "q_cu_seq_lens", None)
+        if result.metadata.num_decodes:
+            assert offsets is not None, (f"{name}: expected TRTLLM-gen decode told the device's query offsets under "
+                                         f"adaptive verification (a graph captured uniform replays trimmed drafts); "
+                                         f"came none. Look: build()'s use_trtllm_gen_varlen_decode branch")
 
 
 def test_reference_split_matches_the_runner_layout():

@@ -36,6 +36,8 @@ def decode_batches(harness):
     yield "mixed", spec_decode_batch(3, 2, k, page, seed=22)
     if compat.decodes_may_be_ragged(harness.builder):
         yield "ragged", make_batch([1 + k, 2, 1 + k, 3], [37, 18, 70, 5], page, seed=23)
+        yield "ragged-mixed", make_batch([1 + k, 2, 1 + k, k + 6, 2 * page], [37, 18, 70, k + 6, 3 * page], page,
+                                         seed=24)
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "non-causal"])
@@ -72,6 +74,10 @@ def assert_xqa_masks_match_the_reference(build_harness, causal: bool, k: int) ->
         start = cumulative(query_lens)
         assert compat.decode_query_ranges(m) == list(zip(start, start[1:])), (
             f"{name}: XQA would read the query tokens {compat.decode_query_ranges(m)}", batch.describe())
+        offsets = getattr(m.decode, "q_cu_seq_lens", None)
+        assert offsets is None or len(offsets) == s.num_decodes + 1, (
+            f"{name}: expected {s.num_decodes + 1} query offsets for {s.num_decodes} decodes (FlashInfer's "
+            f"cum_seq_lens_q: batch + 1); came {len(offsets)} for {batch.describe()}")
 
 
 def test_xqa_uniform_draft_mask_is_one_buffer_build_after_build(build_harness):
