@@ -73,6 +73,7 @@ class CaseRuns:
         self.config = config
         self._runs: dict[str, Run] = {}
         self._failed: dict[str, str] = {}  # engine arguments -> why that engine's run broke (not retried)
+        self._speeds: dict[str, SpeedResult] = {}
 
     def _skip_unless_runnable(self, case: Case) -> None:
         reason = missing_weights(case) or missing_prompts(case) or not_served(self.config, case)
@@ -102,6 +103,10 @@ class CaseRuns:
         return run
 
     def speed(self, case: Case, workdir: Path) -> SpeedResult:
-        """``case``'s speed, both engines as vLLM runs by default, measured by a child process (``e2e.speed``)."""
-        self._skip_unless_runnable(case)
-        return measure(self.config, case, workdir, asked_runner())
+        """``case``'s speed, both engines as vLLM runs by default, measured by a child process (``e2e.speed``);
+        once per pair of engines (cases that differ only in their prompts or floors share it)."""
+        key = repr((engine_kwargs(self.config, case, False), engine_kwargs(self.config, case, True)))
+        if key not in self._speeds:
+            self._skip_unless_runnable(case)
+            self._speeds[key] = measure(self.config, case, workdir, asked_runner())
+        return self._speeds[key]

@@ -130,7 +130,7 @@ def test_an_engine_that_broke_is_not_started_again(tmp_path, monkeypatch):
 
     monkeypatch.setattr(case_runs, "run_case", broken)
     runs = case_runs.CaseRuns.__new__(case_runs.CaseRuns)  # past the capability check: no GPU here
-    runs.config, runs._runs, runs._failed = config, {}, {}
+    runs.config, runs._runs, runs._failed, runs._speeds = config, {}, {}, {}
     monkeypatch.setattr(runs, "_skip_unless_runnable", lambda case: None)
     with pytest.raises(RuntimeError, match="illegal memory access"):
         runs.get(case, True)
@@ -147,3 +147,23 @@ def test_the_printed_command_writes_the_tiny_models_it_needs(tmp_path):
     case = next(c for c in config.all_cases() if c.id == "tiny-llama-eagle3")
     for checkpoint in case.checkpoints:
         assert (Path(checkpoint) / "model.safetensors").exists(), f"expected weights under {checkpoint}; came none"
+
+
+def test_cases_with_the_same_engines_share_one_speed_run(tmp_path, monkeypatch):
+    """A case that differs from another only in its prompts or floors (the nightly's MT-Bench variants) starts no
+    further engines for its speed."""
+    import dataclasses
+
+    from spec_decode_ci.e2e import case_runs
+
+    config, case = smoke_case(tmp_path / "tiny", "tiny-llama-eagle3")
+    measured = []
+    monkeypatch.setattr(case_runs, "measure", lambda config, case, workdir, runner: measured.append(case.id) or "m")
+    runs = case_runs.CaseRuns.__new__(case_runs.CaseRuns)  # past the capability check: no GPU here
+    runs.config, runs._runs, runs._failed, runs._speeds = config, {}, {}, {}
+    monkeypatch.setattr(runs, "_skip_unless_runnable", lambda case: None)
+    variant = dataclasses.replace(case, id="tiny-llama-eagle3-other-prompts", prompt_set="mt_bench", min_speedup=1.0)
+    other = next(c for c in config.all_cases() if c.id == "tiny-llama-self")
+    for c in (case, variant, other):
+        runs.speed(c, tmp_path)
+    assert measured == ["tiny-llama-eagle3", "tiny-llama-self"], f"expected two speed runs; came {measured}"
