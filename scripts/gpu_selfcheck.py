@@ -22,16 +22,17 @@ from spec_decode_ci.e2e import cases
 from spec_decode_ci.patches import PatchDoesNotApply
 from spec_decode_ci.pytest_run import PytestRun, run_pytest
 from spec_decode_ci.e2e.gpu_breaks import (
-    BREAKS, ENV, case_selection, engine_runner, gpu_slots, not_run_here, run_on_gpus, patched_source, smoke_with_tiny_configs, verdict,
+    BREAKS, break_args, case_selection, engine_runner, gpu_slots, not_run_here, run_on_gpus, patched_source, smoke_with_tiny_configs, verdict,
 )
 
 
 def run_suite(suites: tuple[str, ...], brk: str | None, log_dir: Path | None, gpu: str | None) -> PytestRun:
-    env = {ENV: brk or "", "SPEC_DECODE_E2E_CONFIG": os.environ.get("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")}
+    env = {"SPEC_DECODE_E2E_CONFIG": os.environ.get("SPEC_DECODE_E2E_CONFIG", "cases.h200_smoke.yaml")}
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     selection = case_selection(BREAKS[brk].must_fail) if brk else ()
-    run = run_pytest(*suites, marker="e2e", plugins=("spec_decode_ci.e2e.gpu_breaks",), env=env, extra=selection)
+    run = run_pytest(*suites, marker="e2e", plugins=("spec_decode_ci.e2e.gpu_breaks",), env=env,
+                     extra=(*break_args(brk), *selection))
     if log_dir is not None:
         (log_dir / f"{brk or 'control-' + short(suites)}.log").write_text(run.output)
     return run

@@ -63,6 +63,7 @@ class PytestRun:
     wall_s: float
     failures: tuple[Failure, ...] = ()
     max_rss_mib: int | None = None  # the run's process's peak resident memory, where it was measured
+    errors: str = ""  # what the run wrote to stderr (a usage error, a crash before pytest reported)
 
     @property
     def red(self) -> set[str]:
@@ -75,7 +76,9 @@ class PytestRun:
         return self.red - {f.test for f in self.failures if not f.by_a_check}
 
     def tail(self, chars: int = 3000) -> str:
-        return self.output[-chars:]
+        """The end of the run's output, and of its stderr where it wrote any."""
+        said = self.output[-chars:]
+        return f"{said}\n[stderr]\n{self.errors[-chars:]}" if self.errors.strip() else said
 
 
 def pytest_args(targets: tuple[str, ...], marker: str | None, plugins: tuple[str, ...], workers: int = 0,
@@ -111,7 +114,7 @@ def run_pytest(*targets: str, marker: str | None = None, plugins: tuple[str, ...
             return PytestRun(TIMED_OUT, output, time.perf_counter() - start, _failures(log))
         wall = time.perf_counter() - start
         failures = _failures(log)
-    return PytestRun(proc.returncode, proc.stdout, wall, failures)
+    return PytestRun(proc.returncode, proc.stdout, wall, failures, errors=proc.stderr)
 
 
 def _run_env(log: Path, only: tuple[str, ...]) -> dict[str, str]:

@@ -2,15 +2,14 @@
 
 A break loads a patched copy of one vLLM module in place of the installed one, in this process only: the source
 is read from the installed file, edited once by a regular expression, compiled and registered under the
-module's name before vLLM imports it (the installed file is never written). Selected with
-``SPEC_DECODE_CI_GPU_BREAK=<name>`` in a pytest run with ``-p spec_decode_ci.e2e.gpu_breaks``;
-``scripts/gpu_selfcheck.py`` runs every break against its suite on the GPU smoke's tiny models.
+module's name before vLLM imports it (the installed file is never written). Selected on the command line:
+``pytest -p spec_decode_ci.e2e.gpu_breaks --gpu-break <name> ...``; ``scripts/gpu_selfcheck.py`` runs every break
+against its suite on the GPU smoke's tiny models and prints each run's command.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import queue
 import sys
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from spec_decode_ci.e2e.model_runner_choice import engine_runner
 from spec_decode_ci.patches import GPU_BREAKS, Patch, PatchDoesNotApply, apply
 from spec_decode_ci.pytest_run import PytestRun
 
-ENV = "SPEC_DECODE_CI_GPU_BREAK"
+OPTION = "--gpu-break"
 T, R = TypeVar("T"), TypeVar("R")
 MARKER = "__spec_decode_ci_break__"
 
@@ -148,9 +147,21 @@ def install(name: str) -> None:
         setattr(sys.modules[parent], child, module)
 
 
+def break_args(name: str | None) -> tuple[str, ...]:
+    """The pytest arguments that install break ``name`` (none for a control run)."""
+    return (OPTION, name) if name else ()
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(OPTION, metavar="NAME", default=None,
+                     help=f"install this deliberate break of vLLM before the run imports it (one of {', '.join(BREAKS)})")
+
+
 def pytest_configure(config) -> None:
-    name = os.environ.get(ENV)
+    import pytest
+
+    name = config.getoption("gpu_break")
     if name:
         if name not in BREAKS:
-            raise ValueError(f"{ENV}={name!r}; expected one of {sorted(BREAKS)}")
+            raise pytest.UsageError(f"{OPTION} {name!r}: expected one of {', '.join(sorted(BREAKS))}")
         install(name)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from spec_decode_ci.e2e.gpu_breaks import (
-    BREAKS, ENV, case_selection, engine_runner, gpu_slots, not_run_here, patched_source, run_on_gpus, smoke_with_tiny_configs,
+    BREAKS, break_args, case_selection, engine_runner, gpu_slots, not_run_here, patched_source, run_on_gpus, smoke_with_tiny_configs,
     verdict,
 )
 from spec_decode_ci.emulation import emulated_platform
@@ -131,7 +131,7 @@ def test_installed_vocabulary_break_turns_the_speculators_construction_red(vllm_
 
     def run(brk: str | None):
         return vllm_forked_pytest.run(str(construction), plugins=("spec_decode_ci.e2e.gpu_breaks",),
-                                      env={ENV: brk or ""}, extra=("-k", "speculators"))
+                                      extra=(*break_args(brk), "-k", "speculators"))
 
     broken = run("draft_vocab_unmapped")
     assert broken.returncode == 1 and "first proposal right on 0/" in broken.output, broken.tail()
@@ -266,10 +266,18 @@ def test_installed_page_break_turns_the_native_plan_test_red(vllm_forked_pytest)
 
     def run(brk: str | None):
         return vllm_forked_pytest.run(str(native_plan), plugins=("spec_decode_ci.e2e.gpu_breaks",),
-                                      env={ENV: brk or ""}, extra=("-k", "test_native_plans_match_reference"))
+                                      extra=(*break_args(brk), "-k", "test_native_plans_match_reference"))
 
     broken = run("native_pages_of_another_request")
     assert broken.returncode == 1 and broken.red == {"test_native_plans_match_reference[16]",
                                                      "test_native_plans_match_reference[64]"}, broken.tail()
     control = run(None)
     assert control.returncode == 0, control.tail()
+
+
+def test_an_unknown_break_on_the_command_line_is_one_usage_line():
+    """``--gpu-break`` with a name the registry lacks stops the run before any test, naming the breaks it knows."""
+    run = run_pytest("spec_decode_ci.suites.e2e.test_eagle", plugins=("spec_decode_ci.e2e.gpu_breaks",),
+                     extra=("--gpu-break", "no_such_break", "--collect-only"))
+    assert run.returncode == 4 and "--gpu-break 'no_such_break': expected one of accept_every_draft" in run.errors, \
+        f"expected pytest's usage error (exit 4) naming the known breaks; came exit {run.returncode}:\n{run.tail()}"
