@@ -97,6 +97,14 @@ GPU_BREAKS = {b.name: b for b in [
               "\n\\g<indent>self.input_buffers.positions[:num_reqs] += 1"
               "\n\\g<indent>last_hidden_states, hidden_states = self._run_model(\n\\g<indent>    num_tokens_padded,",
               "test_eagle", ("test_acceptance[tiny-llama-eagle1]",), runner=V2, other_homes=V2_AR_OTHER_HOMES),
+    gpu_break("spec_decode_batches_without_graphs_v2",
+              "the CUDA-graph manager dispatches no graph for uniform batches of more than one query token a request "
+              "(the target's spec-decode batches run eagerly; vLLM issue 49547's kind of silent loss of speed)",
+              f"{V2.rsplit('.', 1)[0]}.cudagraph_utils",
+              r"if self\._graphs_captured and num_tokens > 0 and key in self\._candidates:",
+              "if self._graphs_captured and num_tokens > 0 and key in self._candidates and not (uniform_token_count "
+              "or 0) > 1:",
+              "test_eagle", ("test_cuda_graph_mode_at_least_the_matrixs[tiny-llama-eagle3]",), runner=V2),
     gpu_break("mtp_drops_the_token",
               "the MTP layer drops the embedding of the token it drafts after",
               "vllm.model_executor.models.mimo_mtp",
