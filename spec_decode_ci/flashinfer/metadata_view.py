@@ -46,6 +46,17 @@ def trtllm_decode(result: BuildResult, batch: Batch) -> TrtllmDecodeRef:
     return TrtllmDecodeRef(as_list(d.seq_lens), _pages(d.block_tables, batch.block_table[:n]), int(d.max_seq_len))
 
 
+def decode_offsets_off(metadata) -> str | None:
+    """What is wrong with the TRTLLM decode's query offsets (``q_cu_seq_lens``), where it has them: FlashInfer's
+    ``cum_seq_lens_q`` holds one offset per decode and one more. None where they are right or absent."""
+    offsets = getattr(metadata.decode, "q_cu_seq_lens", None)
+    if offsets is None or len(offsets) == metadata.num_decodes + 1:
+        return None
+    return (f"expected {metadata.num_decodes + 1} query offsets for {metadata.num_decodes} decodes (FlashInfer's "
+            f"cum_seq_lens_q: batch + 1); came {len(offsets)}. Look: the qo_indptr slices of build() and "
+            f"_compute_decode_query_lens")
+
+
 def planned_paged_kv(call: PlanCall) -> PagedKvRef:
     """What a native wrapper's ``plan()`` was told, per request (indptr may be offset into the whole batch)."""
     k = call.kwargs

@@ -87,10 +87,8 @@ def test_padded_batches_describe_exactly_the_real_requests(build_harness, runner
         ranges = compat.decode_query_ranges(m)
         assert ranges[:real.num_decodes] == real_query_ranges(batch, real.num_decodes), (
             f"{name}: the decode kernel would read queries {ranges} for {batch.describe()}")
-        offsets = getattr(m.decode, "q_cu_seq_lens", None)
-        assert offsets is None or len(offsets) == m.num_decodes + 1, (
-            f"{name}: expected {m.num_decodes + 1} query offsets for {m.num_decodes} decodes (FlashInfer's "
-            f"cum_seq_lens_q: batch + 1); came {len(offsets)}")
+        off = metadata_view.decode_offsets_off(m)
+        assert off is None, f"{name}: {off}"
         seq_lens = metadata_view.as_list(m.decode.seq_lens)
         assert seq_lens[:real.num_decodes] == list(batch.seq_lens[:real.num_decodes]), name
         assert all(s == batch.padding.seq_len for s in seq_lens[real.num_decodes:]), name
