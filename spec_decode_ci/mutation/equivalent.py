@@ -44,6 +44,14 @@ EQUIVALENT: dict[str, str] = {
     f"{_QUERY_LENS} constant: 1 -> 2 in num_decodes + 1 #2":
         "this return is reached only by decode-only batches (zero-length padding after a uniform graph's decodes), "
         "where qo_indptr holds num_decodes + 1 offsets and the longer slice stops at its end",
+    # XQA's half (Hopper), where decodes may be ragged.
+    f"{_QUERY_LENS} boolean: uniform and num_decode_tokens == num_decodes * q_len_per_req -> uniform or "
+    f"num_decode_tokens == num_decodes * q_len_per_req":
+        "differs only where every non-empty decode has q tokens and the batch carries more (V1's capped replays): the "
+        "uniform description reads each real request's rows as the ragged one does, without the ragged mask's copies",
+    f"{_QUERY_LENS} compare: q_len_per_req <= 1 -> q_len_per_req < 1":
+        "one-token decodes then go by their offsets, one row each as before, and _get_decode_mask makes no mask for "
+        "a query length of 1 either way",
     f"{_QUERY_LENS} compare: max_q_len > 1 -> max_q_len >= 1":
         "one-token decodes with zero-length padding described by their offsets: one query per real request either way",
     f"{_QUERY_LENS} constant: 0 -> 1 in decode_q_lens > 0":

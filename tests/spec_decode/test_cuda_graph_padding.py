@@ -63,7 +63,23 @@ def test_padded_batches_describe_exactly_the_real_requests(build_harness, runner
     the other): build() describes exactly the real requests to the kernels."""
     from spec_decode_ci.flashinfer.builder import BuilderOptions
 
-    harness = build_harness(BuilderOptions(page_size=page), gpu)
+    assert_padded_batches_describe_the_real_requests(build_harness(BuilderOptions(page_size=page), gpu), runner, gpu)
+
+
+@pytest.mark.parametrize("gpu", [BLACKWELL, HOPPER], ids=["sm100", "sm90"])
+@pytest.mark.parametrize("k", [0, 1], ids=["no-drafts", "one-draft"])
+@pytest.mark.parametrize("runner", [compat.V1_RUNNER, compat.V2_RUNNER], ids=["V1", "V2"])
+def test_padded_batches_with_fewer_drafts_describe_exactly_the_real_requests(build_harness, runner, k, gpu):
+    """As above with one-token decodes (no speculation) and with MTP's usual single draft: padded requests beside
+    decodes of 1 and 2 query tokens (TRTLLM-gen decode on Blackwell, XQA on Hopper)."""
+    from spec_decode_ci.flashinfer.builder import BuilderOptions
+
+    assert_padded_batches_describe_the_real_requests(build_harness(BuilderOptions(num_spec_tokens=k), gpu), runner,
+                                                     gpu)
+
+
+def assert_padded_batches_describe_the_real_requests(harness, runner: str, gpu) -> None:
+    """build() describes exactly the real requests of each of ``padded_batches`` to the kernels."""
     for name, batch in padded_batches(harness, shipped(runner)):
         result = harness.build(batch, watch_syncs=True)  # an assertion in build() fails here, with the batch
         m = result.metadata
