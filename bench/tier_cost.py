@@ -125,7 +125,7 @@ def main() -> int:
         if workers != "0":
             command += ["-n", workers]
         if args.first_red:
-            command = ["env", f"SPEC_DECODE_CI_REGRESSION={args.first_red}", *command, "-x"]
+            command = [*command, "--regression", args.first_red, "-x"]
         if args.per_file:
             command += ["--durations=0", "--durations-min=0.05"]
         wall, peak, host, code, outcome, output = measure(command, args.log_dir / f"n{workers}.log" if args.log_dir else None)
@@ -158,7 +158,7 @@ def per_regression() -> int:
     """One forked tier run per regression of the self-check (as tests/spec_decode/test_selfcheck.py runs them):
     seconds, the run's peak host memory and its verdict; the server's import once, and the control."""
     from spec_decode_ci import model_info
-    from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD
+    from spec_decode_ci.buildpath.regressions import TIER_PRELOAD, regression_args
     from spec_decode_ci.patches import REGRESSIONS
     from spec_decode_ci.pytest_run import ForkedPytest
 
@@ -177,7 +177,7 @@ def per_regression() -> int:
         if why_not:  # the self-check skips it too
             print(f"{name:44s} {'-':>7s} {'-':>9s}  skipped: {why_not[:90]}", flush=True)
             continue
-        run = runs.run(*regression.suites, marker="build_path", env={ENV: name}, only=regression.must_fail)
+        run = runs.run(*regression.suites, marker="build_path", extra=regression_args(name), only=regression.must_fail)
         total += run.wall_s
         caught = len(set(regression.must_fail) & run.red)
         peak = run.max_rss_mib if run.max_rss_mib is not None else "n/a"  # a child of its own: not measured

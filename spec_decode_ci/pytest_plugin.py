@@ -44,6 +44,9 @@ def pytest_addoption(parser):
     parser.addoption("--mutation-seed", type=int, default=0, help="the seed --mutants N draws with")
     parser.addoption("--mutation-workers", type=int, default=1,
                      help="tier runs at a time in the mutation suite (each imports vLLM once)")
+    parser.addoption("--regression", metavar="NAME", default=None,
+                     help="build the tier's harnesses on a copy of vLLM's module with this regression of "
+                          "spec_decode_ci.patches or operator mutant (mutant:<backend>:<n>); none: copied unchanged")
     parser.addoption("--mutated-calls", metavar="PATH", default=None,
                      help="write which of the mutated builder functions each test calls (JSON; "
                           "spec_decode_ci.mutation.coverage)")
@@ -55,6 +58,14 @@ def pytest_configure(config):
     path = config.getoption(RESULTS_OPTION, None)
     if path and not hasattr(config, "workerinput"):  # under xdist the controller sees every worker's reports
         config.pluginmanager.register(ResultsRecorder(path), "spec_decode_ci_results")
+    regression = config.getoption("--regression", None)
+    if regression:
+        from spec_decode_ci.buildpath.regressions import ask
+
+        try:
+            ask(regression)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     calls = config.getoption("--mutated-calls", None)
     if calls:
         from spec_decode_ci.mutation.coverage import MutatedCallsRecorder

@@ -4,7 +4,7 @@ copy of the backend's module built on top of it so its builder inherits the regr
 copy is made of, and how, is its record in ``spec_decode_ci.backends``.
 
 The copy is compiled from vLLM's own source with one textual change (a ``Patch`` of ``spec_decode_ci.patches``,
-``selfcheck == "cpu"``) and used only by the harness that asks for it (``SPEC_DECODE_CI_REGRESSION=<name>``);
+``selfcheck == "cpu"``) and used only by the harness that asks for it (``pytest --regression <name>``);
 vLLM's real module is never modified. If vLLM's code no longer contains the text a regression edits, that is
 the harness's breakage (``PatchDoesNotApply``): the self-check would otherwise silently test nothing. The same
 copy takes an operator mutant instead (``mutant:<backend>:<number>``, ``spec_decode_ci.mutation``).
@@ -13,7 +13,6 @@ copy takes an operator mutant instead (``mutant:<backend>:<number>``, ``spec_dec
 from __future__ import annotations
 
 import inspect
-import os
 import types
 from functools import lru_cache
 from typing import Any
@@ -22,7 +21,8 @@ from spec_decode_ci.backends import BACKENDS, Backend, backend_of_module
 from spec_decode_ci.mutation.mutants import BuildPathMutant, is_mutant_name, mutant_named
 from spec_decode_ci.patches import REGRESSIONS, Patch
 
-ENV = "SPEC_DECODE_CI_REGRESSION"
+OPTION = "--regression"  # the harness's pytest option (spec_decode_ci.pytest_plugin) that asks for a copy
+_asked: str | None = None  # what this process's pytest run asked for (``ask``)
 # What a server that forks the tier's runs against the copies imports once (spec_decode_ci.pytest_run.ForkedPytest):
 # every registered backend's builder module, and the plugin the tier runs with.
 TIER_PRELOAD = (*(b.module for b in BACKENDS.values()), "spec_decode_ci.pytest_plugin")
@@ -89,14 +89,25 @@ def patched_backend(name: str) -> types.ModuleType:
     return _compiled_copy(original, change.edit(inspect.getsource(original), original.__file__))
 
 
-def _requested_name() -> str | None:
-    name = os.environ.get(ENV)
-    if name:
+def ask(name: str | None) -> None:
+    """This process's harnesses are built on the copy ``name`` asks for (a regression, a mutant, or ``none``: vLLM's
+    module copied unchanged); None: on vLLM's own modules. ValueError naming the option for an unknown name."""
+    global _asked
+    if name and name != "none":
         try:
             change_named(name)
         except ValueError as exc:
-            raise ValueError(f"{ENV}: {exc}") from None
-    return name or None
+            raise ValueError(f"{OPTION} {name}: {exc}") from None
+    _asked = name or None
+
+
+def regression_args(name: str) -> tuple[str, ...]:
+    """The pytest arguments that run the tier against the copy ``name`` asks for."""
+    return (OPTION, name)
+
+
+def _requested_name() -> str | None:
+    return _asked
 
 
 @lru_cache(maxsize=None)
@@ -120,7 +131,7 @@ def _copies(name: str, backend: Backend, builder: type) -> tuple[types.ModuleTyp
 def requested(backend: Backend, builder: type) -> tuple[types.ModuleType, types.ModuleType] | None:
     """The self-check's copies for a harness of ``backend`` whose builder class is ``builder``: (a copy of
     ``builder``'s module, the copy of ``backend.module`` it is built on; one module for a builder defined there),
-    the latter regressed as $SPEC_DECODE_CI_REGRESSION names (unchanged for the control ``none``). None for vLLM's
+    the latter regressed as ``--regression`` names (unchanged for the control ``none``). None for vLLM's
     own modules: no regression asked for, or one that edits another backend's module. Each copy defines the
     builder class under its own name."""
     name = _requested_name()

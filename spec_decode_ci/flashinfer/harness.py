@@ -162,7 +162,7 @@ class BuildHarness(BuildHarnessBase):
 
 def make_harness(options: BuilderOptions, gpu: EmulatedGpu) -> BuildHarness:
     """The registered factory (``spec_decode_ci.backends``): on the self-check's regressed copy of vLLM's module
-    where ``$SPEC_DECODE_CI_REGRESSION`` asks for one."""
+    where ``--regression`` asks for one."""
     import importlib
 
     from spec_decode_ci.backends import BACKENDS

@@ -80,7 +80,7 @@ class MlaBuildHarness(BuildHarnessBase):
 
 def make_harness(options: MlaOptions, gpu: EmulatedGpu) -> MlaBuildHarness:
     """The registered factory (``spec_decode_ci.backends``): on the self-check's copies (the backend's module
-    built on a regressed copy of vLLM's common MLA module) where ``$SPEC_DECODE_CI_REGRESSION`` asks for them."""
+    built on a regressed copy of vLLM's common MLA module) where ``--regression`` asks for them."""
     from spec_decode_ci.backends import BACKENDS
     from spec_decode_ci.buildpath import regressions
     from spec_decode_ci.mla.builder import backend_class

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from spec_decode_ci import model_info
 from spec_decode_ci.backends import BACKENDS
-from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD
+from spec_decode_ci.buildpath.regressions import TIER_PRELOAD, regression_args
 from spec_decode_ci.mutation.coverage import tests_calling
 from spec_decode_ci.mutation import equivalent
 from spec_decode_ci.mutation.mutants import BuildPathMutant, backend_mutants, missing_functions
@@ -98,7 +98,7 @@ def tier_run(runs: ForkedPytest, name: str, files: tuple[str, ...] = TIER, only:
              extra: tuple[str, ...] = ()) -> PytestRun:
     """The build-path tier (of ``files``, ``only`` these tests, where given) against the copy regression or mutant
     ``name`` asks for, stopping at the first red."""
-    return runs.run(*files, marker="build_path", env={ENV: name}, extra=("-x", *extra), only=only,
+    return runs.run(*files, marker="build_path", extra=(*regression_args(name), "-x", *extra), only=only,
                     timeout_s=TIMEOUT_S)
 
 

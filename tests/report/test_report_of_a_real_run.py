@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spec_decode_ci import results
-from spec_decode_ci.buildpath.regressions import ENV
+from spec_decode_ci.buildpath.regressions import regression_args
 from spec_decode_ci.patches import REGRESSIONS
 from spec_decode_ci.pytest_run import run_pytest
 from tests.report.conftest import report
@@ -17,8 +17,8 @@ TIER_MODULE = "spec_decode_ci.suites.test_guard_truth_table"
 @pytest.mark.selfcheck
 def test_a_red_tier_run_reports_its_red_cases_first(tmp_path, agent):
     path = tmp_path / "results.json"
-    run = run_pytest(TIER_MODULE, marker="build_path", env={ENV: "old_guard"},
-                     extra=(f"--spec-decode-results={path}",))
+    run = run_pytest(TIER_MODULE, marker="build_path", extra=(*regression_args("old_guard"),
+                                                              f"--spec-decode-results={path}"))
     assert run.returncode == 1, run.tail()
     data = results.load(path)
     (case,) = data["cases"]

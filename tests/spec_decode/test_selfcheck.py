@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from spec_decode_ci.buildpath.regressions import ENV, TIER_PRELOAD, patched_backend
+from spec_decode_ci.buildpath.regressions import TIER_PRELOAD, patched_backend, regression_args
 from spec_decode_ci.patches import REGRESSIONS
 from spec_decode_ci.pytest_run import ForkedPytest
 
@@ -29,7 +29,7 @@ def tier_runs():
 def run_tier(tier_runs: ForkedPytest, regression: str) -> tuple[int, set[str], str]:
     """The build-path tier against regression ``regression``'s copy: only the tests it must turn red (they
     decide its verdict; the others' outcome says nothing about it), the whole tier for the control."""
-    run = tier_runs.run(*REGRESSIONS[regression].suites, marker="build_path", env={ENV: regression},
+    run = tier_runs.run(*REGRESSIONS[regression].suites, marker="build_path", extra=regression_args(regression),
                         only=REGRESSIONS[regression].must_fail)
     return run.returncode, run.red, run.tail()
 
