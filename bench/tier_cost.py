@@ -158,7 +158,7 @@ def per_regression() -> int:
     """One forked tier run per regression of the self-check (as tests/spec_decode/test_selfcheck.py runs them):
     seconds, the run's peak host memory and its verdict; the server's import once, and the control."""
     from spec_decode_ci import model_info
-    from spec_decode_ci.buildpath.regressions import TIER_PRELOAD, regression_args
+    from spec_decode_ci.pytest_run import TIER_PRELOAD, regression_args
     from spec_decode_ci.patches import REGRESSIONS
     from spec_decode_ci.pytest_run import ForkedPytest
 

@@ -13,6 +13,7 @@ import importlib.util
 import pytest
 
 from spec_decode_ci.generator.names import RESULTS_OPTION
+from spec_decode_ci.pytest_run import REGRESSION_OPTION
 
 MARKERS = {
     "build_path": "drives vLLM's real FlashInfer metadata builders (CPU with emulated Blackwell, or GPU)",
@@ -44,7 +45,7 @@ def pytest_addoption(parser):
     parser.addoption("--mutation-seed", type=int, default=0, help="the seed --mutants N draws with")
     parser.addoption("--mutation-workers", type=int, default=1,
                      help="tier runs at a time in the mutation suite (each imports vLLM once)")
-    parser.addoption("--regression", metavar="NAME", default=None,
+    parser.addoption(REGRESSION_OPTION, metavar="NAME", default=None,
                      help="build the tier's harnesses on a copy of vLLM's module with this regression of "
                           "spec_decode_ci.patches or operator mutant (mutant:<backend>:<n>); none: copied unchanged")
     parser.addoption("--mutated-calls", metavar="PATH", default=None,
@@ -58,7 +59,7 @@ def pytest_configure(config):
     path = config.getoption(RESULTS_OPTION, None)
     if path and not hasattr(config, "workerinput"):  # under xdist the controller sees every worker's reports
         config.pluginmanager.register(ResultsRecorder(path), "spec_decode_ci_results")
-    regression = config.getoption("--regression", None)
+    regression = config.getoption(REGRESSION_OPTION, None)
     if regression:
         from spec_decode_ci.buildpath.regressions import ask
 

@@ -14,6 +14,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from spec_decode_ci.backends import BACKENDS
+
+# What a server that forks the tier's runs against vLLM's copies imports once (``ForkedPytest``): every registered
+# backend's builder module, and the plugin the tier runs with.
+TIER_PRELOAD = (*(b.module for b in BACKENDS.values()), "spec_decode_ci.pytest_plugin")
+# The harness plugin's option that builds the tier's harnesses on a copy of vLLM's module (spec_decode_ci.buildpath
+# .regressions): a regression of spec_decode_ci.patches, an operator mutant, or ``none`` (copied unchanged).
+REGRESSION_OPTION = "--regression"
+
+
+def regression_args(name: str) -> tuple[str, ...]:
+    """The pytest arguments that run the tier against the copy ``name`` asks for."""
+    return (REGRESSION_OPTION, name)
+
 RED_LINE = re.compile(r"^(?:FAILED|ERROR) \S*?::(?:\w+::)?(\S+)", re.M)  # -rfE lines; the id without a class
 
 

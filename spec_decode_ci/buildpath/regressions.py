@@ -17,15 +17,12 @@ import types
 from functools import lru_cache
 from typing import Any
 
-from spec_decode_ci.backends import BACKENDS, Backend, backend_of_module
+from spec_decode_ci.backends import Backend, backend_of_module
 from spec_decode_ci.mutation.mutants import BuildPathMutant, is_mutant_name, mutant_named
 from spec_decode_ci.patches import REGRESSIONS, Patch
+from spec_decode_ci.pytest_run import REGRESSION_OPTION
 
-OPTION = "--regression"  # the harness's pytest option (spec_decode_ci.pytest_plugin) that asks for a copy
 _asked: str | None = None  # what this process's pytest run asked for (``ask``)
-# What a server that forks the tier's runs against the copies imports once (spec_decode_ci.pytest_run.ForkedPytest):
-# every registered backend's builder module, and the plugin the tier runs with.
-TIER_PRELOAD = (*(b.module for b in BACKENDS.values()), "spec_decode_ci.pytest_plugin")
 def _compiled_copy(original: types.ModuleType, source: str) -> types.ModuleType:
     module = types.ModuleType(original.__name__, original.__doc__)
     module.__dict__.update(__file__=original.__file__, __package__=original.__package__)
@@ -97,13 +94,8 @@ def ask(name: str | None) -> None:
         try:
             change_named(name)
         except ValueError as exc:
-            raise ValueError(f"{OPTION} {name}: {exc}") from None
+            raise ValueError(f"{REGRESSION_OPTION} {name}: {exc}") from None
     _asked = name or None
-
-
-def regression_args(name: str) -> tuple[str, ...]:
-    """The pytest arguments that run the tier against the copy ``name`` asks for."""
-    return (OPTION, name)
 
 
 def _requested_name() -> str | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from spec_decode_ci import model_info
 from spec_decode_ci.backends import BACKENDS
-from spec_decode_ci.buildpath.regressions import TIER_PRELOAD, regression_args
+from spec_decode_ci.pytest_run import TIER_PRELOAD, regression_args
 from spec_decode_ci.mutation.coverage import tests_calling
 from spec_decode_ci.mutation import equivalent
 from spec_decode_ci.mutation.mutants import BuildPathMutant, backend_mutants, missing_functions

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spec_decode_ci import results
-from spec_decode_ci.buildpath.regressions import regression_args
+from spec_decode_ci.pytest_run import regression_args
 from spec_decode_ci.patches import REGRESSIONS
 from spec_decode_ci.pytest_run import run_pytest
 from tests.report.conftest import report

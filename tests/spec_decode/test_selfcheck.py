@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from spec_decode_ci.buildpath.regressions import TIER_PRELOAD, patched_backend, regression_args
+from spec_decode_ci.buildpath.regressions import patched_backend
+from spec_decode_ci.pytest_run import TIER_PRELOAD, regression_args
 from spec_decode_ci.patches import REGRESSIONS
 from spec_decode_ci.pytest_run import ForkedPytest
 
