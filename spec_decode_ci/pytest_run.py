@@ -124,8 +124,9 @@ def run_pytest(*targets: str, marker: str | None = None, plugins: tuple[str, ...
             proc = subprocess.run(command, env={**os.environ, **(env or {}), **_run_env(log, only)},
                                   capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
-            output = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-            return PytestRun(TIMED_OUT, output, time.perf_counter() - start, _failures(log))
+            output, errors = (out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+                              for out in (exc.stdout, exc.stderr))
+            return PytestRun(TIMED_OUT, output, time.perf_counter() - start, _failures(log), errors=errors)
         wall = time.perf_counter() - start
         failures = _failures(log)
     return PytestRun(proc.returncode, proc.stdout, wall, failures, errors=proc.stderr)

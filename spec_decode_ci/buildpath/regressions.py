@@ -23,6 +23,8 @@ from spec_decode_ci.patches import REGRESSIONS, Patch
 from spec_decode_ci.pytest_run import REGRESSION_OPTION
 
 _asked: str | None = None  # what this process's pytest run asked for (``ask``)
+
+
 def _compiled_copy(original: types.ModuleType, source: str) -> types.ModuleType:
     module = types.ModuleType(original.__name__, original.__doc__)
     module.__dict__.update(__file__=original.__file__, __package__=original.__package__)
@@ -98,10 +100,6 @@ def ask(name: str | None) -> None:
     _asked = name or None
 
 
-def _requested_name() -> str | None:
-    return _asked
-
-
 @lru_cache(maxsize=None)
 def _copies(name: str, backend: Backend, builder: type) -> tuple[types.ModuleType, types.ModuleType]:
     import importlib
@@ -126,7 +124,7 @@ def requested(backend: Backend, builder: type) -> tuple[types.ModuleType, types.
     the latter regressed as ``--regression`` names (unchanged for the control ``none``). None for vLLM's
     own modules: no regression asked for, or one that edits another backend's module. Each copy defines the
     builder class under its own name."""
-    name = _requested_name()
+    name = _asked
     if name is None or change_named(name).module != backend.module and name != "none":
         return None
     return _copies(name, backend, builder)

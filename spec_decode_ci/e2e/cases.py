@@ -257,6 +257,13 @@ def offline_engine_config(config: SuiteConfig, case: Case, speculative: bool):
         return engine_config(config, case, speculative)
 
 
+def hand_built_target(config: SuiteConfig, case: Case) -> str | None:
+    """The directory of ``case``'s target where it is one of the configuration's hand-built tiny models (whose
+    greedy rule is known from the weights), else None."""
+    target = Path(case.target)
+    return case.target if target.name in config.tiny_models and target.is_dir() else None
+
+
 def eager(config: SuiteConfig, case: Case) -> bool:
     """Whether ``case``'s engines run without CUDA graphs and torch.compile."""
     return config.engine.enforce_eager if case.enforce_eager is None else case.enforce_eager

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spec_decode_ci.e2e.case_runs import CaseRuns
-from spec_decode_ci.e2e.cases import Case, SuiteConfig, eager
+from spec_decode_ci.e2e.cases import Case, SuiteConfig, eager, hand_built_target
 from spec_decode_ci.e2e.cuda_graphs import shortfall
 from spec_decode_ci.e2e.engine_run import Run, prompts
 from spec_decode_ci.e2e.model_runner_choice import check_ran_on_asked
@@ -67,13 +67,6 @@ def greedy_divergence(config: SuiteConfig, case: Case, baseline: list[list[int]]
     if target is not None:
         message += f", the weights' rule {weights_continuations(config, target)[i][at:at + 4]}"
     return message
-
-
-def hand_built_target(config: SuiteConfig, case: Case) -> str | None:
-    """The directory of ``case``'s target where it is one of the configuration's hand-built tiny models (whose
-    greedy rule is known from the weights), else None."""
-    target = Path(case.target)
-    return case.target if target.name in config.tiny_models and target.is_dir() else None
 
 
 def weights_continuations(config: SuiteConfig, target_dir: str) -> list[list[int]]:

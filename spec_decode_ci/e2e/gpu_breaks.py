@@ -160,7 +160,7 @@ def pytest_addoption(parser) -> None:
 def pytest_configure(config) -> None:
     import pytest
 
-    name = config.getoption("gpu_break")
+    name = config.getoption(OPTION)
     if name:
         if name not in BREAKS:
             raise pytest.UsageError(f"{OPTION} {name!r}: expected one of {', '.join(sorted(BREAKS))}")

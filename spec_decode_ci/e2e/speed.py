@@ -84,8 +84,8 @@ class SpeedResult:
 
 def tiny_model_root(config: SuiteConfig, case: Case) -> Path | None:
     """Where the configuration's tiny models were written for ``case`` (its target is one of them), else None."""
-    target = Path(case.target)
-    return target.parent if target.name in config.tiny_models and target.is_dir() else None
+    target = cases.hand_built_target(config, case)
+    return None if target is None else Path(target).parent
 
 
 def command(config_path: Path, config: SuiteConfig, case: Case, output: Path, runner: str | None,

@@ -11,9 +11,8 @@ import re
 import pytest
 
 from spec_decode_ci.buildpath.regressions import patched_backend
-from spec_decode_ci.pytest_run import TIER_PRELOAD, regression_args
 from spec_decode_ci.patches import REGRESSIONS
-from spec_decode_ci.pytest_run import ForkedPytest
+from spec_decode_ci.pytest_run import TIER_PRELOAD, ForkedPytest, regression_args, run_pytest
 
 pytestmark = pytest.mark.selfcheck
 
@@ -90,3 +89,12 @@ def test_tier_verdict_under_regression(regression, green_control, tier_runs):
     assert code == 1, tail
     missing = [t for t in REGRESSIONS[regression].must_fail if t not in failed]
     assert not missing, f"{regression}: expected red {missing}; red were {sorted(failed)}\n{tail}"
+
+
+def test_an_unknown_regression_on_the_command_line_is_one_usage_line():
+    """``--regression`` with a name that is no regression or mutant stops the run before any test (pytest's usage
+    error, exit 4), naming what it accepts: never a tier silently run on vLLM's own module."""
+    run = run_pytest("spec_decode_ci.suites.test_guard_truth_table", extra=(*regression_args("no_such"),
+                                                                             "--collect-only"))
+    assert run.returncode == 4 and "--regression no_such: 'no_such' is no regression or mutant" in run.errors, (
+        f"expected pytest's usage error (exit 4) naming the regressions; came exit {run.returncode}:\n{run.tail()}")

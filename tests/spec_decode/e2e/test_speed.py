@@ -115,6 +115,17 @@ def test_an_eager_case_is_not_timed(tmp_path):
         recorded(MeasuredRuns(config, 600.0, 300.0), case, tmp_path)
 
 
+def case_runs_here(config, monkeypatch):
+    """``CaseRuns`` of ``config`` on this machine: past its GPU capability check and the weights' reachability
+    (no engine starts here; the tests replace what would start one)."""
+    from spec_decode_ci.e2e import case_runs
+
+    monkeypatch.setattr("spec_decode_ci.capabilities.missing", lambda requires: None)
+    runs = case_runs.CaseRuns(config)
+    monkeypatch.setattr(runs, "_skip_unless_runnable", lambda case: None)
+    return runs
+
+
 def test_an_engine_that_broke_is_not_started_again(tmp_path, monkeypatch):
     """The first test of an engine that breaks sees vLLM's error; every later test of that engine fails at once
     with the reason, instead of starting it again (seen on an H100: each of a case's seven tests restarted a
@@ -129,9 +140,7 @@ def test_an_engine_that_broke_is_not_started_again(tmp_path, monkeypatch):
         raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
 
     monkeypatch.setattr(case_runs, "run_case", broken)
-    runs = case_runs.CaseRuns.__new__(case_runs.CaseRuns)  # past the capability check: no GPU here
-    runs.config, runs._runs, runs._failed, runs._speeds = config, {}, {}, {}
-    monkeypatch.setattr(runs, "_skip_unless_runnable", lambda case: None)
+    runs = case_runs_here(config, monkeypatch)
     with pytest.raises(RuntimeError, match="illegal memory access"):
         runs.get(case, True)
     with pytest.raises(pytest.fail.Exception, match="speculative engine of tiny-llama-eagle3 broke in an earlier "
@@ -159,9 +168,7 @@ def test_cases_with_the_same_engines_share_one_speed_run(tmp_path, monkeypatch):
     config, case = smoke_case(tmp_path / "tiny", "tiny-llama-eagle3")
     measured = []
     monkeypatch.setattr(case_runs, "measure", lambda config, case, workdir, runner: measured.append(case.id) or "m")
-    runs = case_runs.CaseRuns.__new__(case_runs.CaseRuns)  # past the capability check: no GPU here
-    runs.config, runs._runs, runs._failed, runs._speeds = config, {}, {}, {}
-    monkeypatch.setattr(runs, "_skip_unless_runnable", lambda case: None)
+    runs = case_runs_here(config, monkeypatch)
     variant = dataclasses.replace(case, id="tiny-llama-eagle3-other-prompts", prompt_set="mt_bench", min_speedup=1.0)
     other = next(c for c in config.all_cases() if c.id == "tiny-llama-self")
     for c in (case, variant, other):
